@@ -1,0 +1,89 @@
+# llmfleet.serving — the README's commands: `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+COLLECTIONS := $(CURDIR)/.cache/collections
+LINK := $(COLLECTIONS)/ansible_collections/llmfleet/serving
+SANITY_ROOT := $(or $(TMPDIR),/tmp)/llmfleet-sanity/ansible_collections/llmfleet/serving
+SANITY_VENV := $(CURDIR)/.cache/sanity-venv
+SCENARIOS := $(sort $(notdir $(wildcard molecule/*)))
+
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_FORCE_COLOR := false
+export PY_COLORS := 0
+
+.PHONY: help venv link images lint sanity units integration molecule test demo build clean
+
+help:
+	@echo "make demo   - tune this machine with the host_tuning role (the full-stack demo comes later)"
+	@echo "make test   - lint + ansible-test sanity + unit tests + integration + every molecule scenario"
+	@echo "parts: venv images lint sanity units integration molecule build (SCENARIO=name for one)"
+
+# Pinned tool chain; re-running with an unchanged requirements.txt does nothing.
+venv: $(VENV)/.installed link
+$(VENV)/.installed: requirements.txt
+	@test -x $(BIN)/python || { echo "[venv] creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "[venv] installing requirements.txt (first run takes a few minutes)"
+	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
+	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+	@touch $@
+
+# This checkout, visible as ansible_collections/llmfleet/serving (no copy).
+link:
+	@mkdir -p $(dir $(LINK))
+	@ln -sfn $(CURDIR) $(LINK)
+
+images:
+	bash tests/images/build.sh
+
+lint: venv
+	yamllint --strict .
+	ansible-lint --profile production
+
+# ansible-test must run from an ansible_collections/<ns>/<name> folder outside any git work tree:
+# sanity-check a copy of the files git knows about (tracked, or new and not ignored). Its own
+# venv: ansible-test pins its sanity tools (pylint, yamllint ...) and its --venv mode needs a
+# download that is not reachable here.
+sanity: venv $(SANITY_VENV)/.installed
+	@v=$$(grep -oP "^\s+pip='\K[0-9.]+" $(SANITY_VENV)/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py); \
+	  mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_$${v//./_}.py
+	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
+	@git ls-files -z --cached --others --exclude-standard \
+	  | tar --null --files-from=- --ignore-failed-read -cf - | tar -xf - -C $(SANITY_ROOT)
+	cd $(SANITY_ROOT) && PATH=$(SANITY_VENV)/bin:$$PATH \
+	  ansible-test sanity --local --python 3.11 --requirements --color no
+$(SANITY_VENV)/.installed: requirements.txt
+	@echo "[sanity] preparing $(SANITY_VENV) with ansible-test's pinned sanity requirements"
+	@test -x $(SANITY_VENV)/bin/python || $(PYTHON) -m venv $(SANITY_VENV)
+	$(SANITY_VENV)/bin/pip install --disable-pip-version-check -q "$$(grep '^ansible-core==' requirements.txt)"
+	@touch $@
+
+units: venv
+	pytest -q tests/unit
+
+integration: venv
+	pytest -q tests/integration
+
+molecule: venv images
+	@for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \
+	  echo "[molecule] scenario $$s"; \
+	  molecule test -s $$s || exit 1; \
+	done
+
+build: venv
+	ansible-galaxy collection build --force --output-path $(CURDIR)/build
+
+test: lint sanity units integration build molecule
+	@echo "[test] all stages passed"
+
+demo: venv
+	ansible-playbook -i inventories/local site.yml
+
+clean:
+	rm -rf .cache build tests/output

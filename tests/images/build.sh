@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Builds the test lab's container images and makes sure a Docker engine is running.
+#
+#   tests/images/build.sh [IMAGE ...]     (default: every folder under tests/images/)
+#
+# An image folder holds either `debootstrap.env` (a root file system made with debootstrap and
+# imported with `docker import`: no registry can be reached here) or a `Dockerfile` whose FROM names
+# another lab image. Each image is tagged llmfleet-lab/<name>:<content-hash> plus the alias
+# llmfleet-lab/<name>:lab; the hash covers this script, the image folder and the parent's hash,
+# so an unchanged image is reused, never rebuilt.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+mirror=${LLMFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+work=${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}
+dockerd_log=${LLMFLEET_DOCKERD_LOG:-/var/log/llmfleet-dockerd.log}
+alias_tag=lab
+
+say() { printf '[images] %s\n' "$*"; }
+die() { printf '[images] ERROR: %s\n' "$*" >&2; exit 1; }
+
+ensure_apt_packages() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "need root to install ${missing[*]} (run: sudo apt-get install -y ${missing[*]})"
+  say "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ensure_docker() {
+  if ! command -v dockerd >/dev/null 2>&1; then
+    ensure_apt_packages docker.io
+  fi
+  if docker info >/dev/null 2>&1; then
+    return 0
+  fi
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    say "starting the Docker engine with systemd"
+    systemctl start docker
+  else
+    # No init system on this host (CI sandboxes): run the daemon in the background.
+    say "starting dockerd in the background (log: $dockerd_log)"
+    nohup dockerd >"$dockerd_log" 2>&1 &
+  fi
+  local i
+  for i in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && { say "Docker engine ready after ${i}s"; return 0; }
+    sleep 1
+  done
+  tail -n 20 "$dockerd_log" >&2 || true
+  die "the Docker engine did not answer within 60 s; its log is above ($dockerd_log)"
+}
+
+# content hash of an image: this script + the image folder + the parent's hash
+image_hash() {
+  local dir=$1 parent_hash=${2:-}
+  {
+    sha256sum "$here/build.sh" | cut -d' ' -f1
+    (cd "$dir" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+    echo "$parent_hash"
+  } | sha256sum | cut -c1-12
+}
+
+has_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+build_debootstrap() {
+  local name=$1 dir=$2 tag=$3
+  # shellcheck disable=SC1091
+  ( set -a; . "$dir/debootstrap.env"; set +a
+    ensure_apt_packages debootstrap
+    local root="$work/$name.rootfs"
+    rm -rf "$root"; mkdir -p "$work"
+    say "$name: debootstrap $SUITE ($VARIANT) from $mirror — about 3 minutes, progress below"
+    local log="$work/$name.debootstrap.log"
+    if ! debootstrap --variant="$VARIANT" --include="$INCLUDE" "$SUITE" "$root" "$mirror" 2>&1 \
+      | tee "$log" \
+      | awk '/^I: (Retrieving|Validating|Unpacking|Configuring|Installing|Base system)/ { if (++n % 25 == 1 || /Base system/) print "[images]   " $0; fflush() }'
+    then
+      tail -n 20 "$log" >&2
+      die "$name: debootstrap failed (last lines above, full log $log); check that $mirror is reachable or set LLMFLEET_DEBIAN_MIRROR"
+    fi
+    [ -x "$root/lib/systemd/systemd" ] || die "$name: debootstrap did not produce /lib/systemd/systemd (see $root/debootstrap/debootstrap.log)"
+    for unit in $MASK_UNITS; do ln -sf /dev/null "$root/etc/systemd/system/$unit"; done
+    : >"$root/etc/machine-id"
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    say "$name: importing the root file system as $tag"
+    tar -C "$root" -c . | docker import \
+      --change 'ENV container=docker' \
+      --change 'CMD ["/lib/systemd/systemd"]' \
+      - "$tag" >/dev/null \
+      || die "$name: docker import failed (message above)"
+    rm -rf "$root"
+  )
+}
+
+build_dockerfile() {
+  local name=$1 dir=$2 tag=$3
+  say "$name: docker build (output below)"
+  if ! DOCKER_BUILDKIT=0 docker build -t "$tag" "$dir" 2>&1 | sed -u 's/^/[images]   /'; then
+    die "$name: docker build failed (output above)"
+  fi
+}
+
+parent_of() {
+  sed -n 's#^FROM llmfleet-lab/\([a-z0-9._-]*\):.*#\1#p' "$1/Dockerfile" | head -n 1
+}
+
+declare -A built_hash=()
+
+build() {
+  local name=$1 dir="$here/$1" parent="" parent_hash=""
+  [ -n "${built_hash[$name]:-}" ] && return 0
+  [ -d "$dir" ] || die "no image folder tests/images/$name"
+  if [ -f "$dir/Dockerfile" ]; then
+    parent=$(parent_of "$dir")
+    if [ -n "$parent" ]; then build "$parent"; parent_hash=${built_hash[$parent]}; fi
+  elif [ ! -f "$dir/debootstrap.env" ]; then
+    die "tests/images/$name has neither debootstrap.env nor Dockerfile"
+  fi
+  local hash tag
+  hash=$(image_hash "$dir" "$parent_hash")
+  tag="llmfleet-lab/$name:$hash"
+  if has_image "$tag"; then
+    say "$name: up to date ($tag), nothing to build"
+  else
+    local t0=$SECONDS
+    if [ -f "$dir/Dockerfile" ]; then build_dockerfile "$name" "$dir" "$tag"
+    else build_debootstrap "$name" "$dir" "$tag"; fi
+    say "$name: built $tag in $((SECONDS - t0))s"
+  fi
+  docker tag "$tag" "llmfleet-lab/$name:$alias_tag"
+  built_hash[$name]=$hash
+}
+
+ensure_docker
+if [ "$#" -eq 0 ]; then
+  set -- $(cd "$here" && for d in */; do [ -f "$d/debootstrap.env" ] || [ -f "$d/Dockerfile" ] && echo "${d%/}"; done)
+fi
+for image in "$@"; do build "$image"; done

@@ -18,7 +18,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR := false
 export PY_COLORS := 0
 
-.PHONY: help venv link images lint sanity units integration molecule test demo build clean
+.PHONY: help venv link images lint role-docs sanity units integration molecule test demo build clean
 
 help:
 	@echo "make demo   - tune this machine with the host_tuning role (the full-stack demo comes later)"
@@ -45,12 +45,18 @@ images:
 lint: venv
 	yamllint --strict .
 	ansible-lint --profile production
+	python tests/tools/role_readme.py --check
+
+# Role READMEs are generated from meta/argument_specs.yml.
+role-docs: venv
+	python tests/tools/role_readme.py
 
 # ansible-test must run from an ansible_collections/<ns>/<name> folder outside any git work tree:
 # sanity-check a copy of the files git knows about (tracked, or new and not ignored). Its own
 # venv: ansible-test pins its sanity tools (pylint, yamllint ...) and its --venv mode needs a
 # download that is not reachable here.
 sanity: venv $(SANITY_VENV)/.installed
+	@bash tests/host-packages.sh shellcheck
 	@v=$$(grep -oP "^\s+pip='\K[0-9.]+" $(SANITY_VENV)/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py); \
 	  mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_$${v//./_}.py
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)

@@ -19,17 +19,7 @@ alias_tag=lab
 say() { printf '[images] %s\n' "$*"; }
 die() { printf '[images] ERROR: %s\n' "$*" >&2; exit 1; }
 
-ensure_apt_packages() {
-  local missing=() pkg
-  for pkg in "$@"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-  done
-  [ "${#missing[@]}" -eq 0 ] && return 0
-  [ "$(id -u)" -eq 0 ] || die "need root to install ${missing[*]} (run: sudo apt-get install -y ${missing[*]})"
-  say "installing Debian packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+ensure_apt_packages() { "$here/../host-packages.sh" "$@"; }
 
 ensure_docker() {
   if ! command -v dockerd >/dev/null 2>&1; then
@@ -138,6 +128,9 @@ build() {
 
 ensure_docker
 if [ "$#" -eq 0 ]; then
-  set -- $(cd "$here" && for d in */; do [ -f "$d/debootstrap.env" ] || [ -f "$d/Dockerfile" ] && echo "${d%/}"; done)
+  for d in "$here"/*/; do
+    d=${d%/}
+    if [ -f "$d/debootstrap.env" ] || [ -f "$d/Dockerfile" ]; then set -- "$@" "${d##*/}"; fi
+  done
 fi
 for image in "$@"; do build "$image"; done

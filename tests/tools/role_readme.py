@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write each role's README.md from its meta/argument_specs.yml (the spec is the one source).
 
     role_readme.py            rewrite roles/*/README.md

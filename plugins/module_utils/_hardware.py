@@ -24,6 +24,9 @@ _CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 NVIDIA_QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "compute_cap", "driver_version")
 NVIDIA_QUERY_FIELDS_OLD = ("index", "name", "uuid", "pci.bus_id", "memory.total", "driver_version")
+_QUERY_HEADER_NAMES = frozenset(NVIDIA_QUERY_FIELDS) | frozenset((
+    "memory.used", "memory.free", "power.limit", "clocks.max.sm", "persistence_mode", "mig.mode.current", "compute_mode",
+    "pcie.link.gen.max", "pcie.link.width.max"))
 
 # Compute capability by product name, for drivers whose nvidia-smi lacks the compute_cap field
 # (before R510). Most specific patterns first.
@@ -74,7 +77,7 @@ def strip_ansi(text: str) -> str:
 
 
 def arch_from_compute_capability(cc: str) -> str:
-    major, _, minor = cc.partition(".")
+    major, minor = cc.partition(".")[::2]
     if not major.isdigit() or not minor.isdigit():
         raise HardwareError(f"compute capability {cc!r} is not of the form MAJOR.MINOR")
     return f"sm{int(major)}{int(minor)}"
@@ -130,7 +133,7 @@ def parse_nvidia_query(text: str, fields: Sequence[str] = NVIDIA_QUERY_FIELDS, s
         if first:
             first = False
             names = [c.split(" [")[0].strip() for c in cells]
-            if all(re.fullmatch(r"[a-z_.]+", n) for n in names):
+            if all(n in _QUERY_HEADER_NAMES or n in fields for n in names):
                 if "index" not in names:
                     raise _fail(source, "header has no index column", raw, lineno)
                 columns = names
@@ -189,12 +192,15 @@ def parse_nvidia_topo(text: str, source: str = "nvidia-smi topo -m") -> Dict[str
         if tokens[0] != f"GPU{len(links)}":
             raise _fail(source, f"expected the row of GPU{len(links)}", raw, offset)
         cells = tokens[1:1 + len(devices)]
+        for j, cell in enumerate(cells):
+            if cell not in LINK_WORDS and not _NV_RE.match(cell):
+                if _NA_OR_CPULIST(cell):
+                    raise _fail(source, f"row has {j} link cells for {len(devices)} columns (truncated?)", raw, offset)
+                column = devices[j]
+                raise _fail(source, f"unknown link word {cell!r} between {tokens[0]} and {column}", raw, offset)
         if len(cells) < len(devices):
             raise _fail(source, f"row has {len(cells)} link cells for {len(devices)} columns (truncated?)", raw, offset)
         row = cells[:len(gpus)]
-        for j, cell in enumerate(row):
-            if cell not in LINK_WORDS and not _NV_RE.match(cell):
-                raise _fail(source, f"unknown link word {cell!r} between {tokens[0]} and GPU{j}", raw, offset)
         if row[len(links)] != "X":
             raise _fail(source, f"{tokens[0]} must link to itself with X", raw, offset)
         links.append(row)
@@ -248,7 +254,7 @@ def parse_nvidia_xml(text: str, source: str = "nvidia-smi -q -x") -> Dict[str, A
 
 def sysfs_pci_address(bus_id: str) -> str:
     """'00000000:3B:00.0' (nvidia-smi) -> '0000:3b:00.0' (sysfs)."""
-    domain, _, rest = bus_id.strip().partition(":")
+    domain, rest = bus_id.strip().partition(":")[::2]
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
@@ -322,7 +328,7 @@ def parse_card_values(text: str, source: str) -> Dict[int, Dict[str, str]]:
             continue
         index, rest = int(match.group(1)), match.group(2)
         if ":" in rest:
-            key, _, value = rest.rpartition(":")
+            key, value = rest.rpartition(":")[::2]
         else:  # "(Topology) Numa Node 0"
             parts = rest.rsplit(None, 1)
             if len(parts) != 2:
@@ -438,7 +444,7 @@ def expand_cpulist(cpulist: str) -> List[int]:
         part = part.strip()
         if not part:
             continue
-        lo, _, hi = part.partition("-")
+        lo, hi = part.partition("-")[::2]
         cpus.extend(range(int(lo), int(hi or lo) + 1))
     return cpus
 

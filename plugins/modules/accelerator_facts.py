@@ -89,7 +89,7 @@ ansible_facts:
             memory_mib: 143771
             numa_node: 0
         links: [["X"]]
-        numa_cpus: {0: "0-15"}
+        numa_cpus: {"0": "0-15"}
         cpu_count: 16
         memory_mib: 131072
         driver_version: "580.159.04"

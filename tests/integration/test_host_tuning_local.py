@@ -9,35 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import ROOT, run_ansible as ansible, task_result as task
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KNOB = "/proc/sys/kernel/numa_balancing"
 PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "host_tuning_local.yml")
-
-
-def ansible(*args: str, extra_vars: dict | None = None) -> dict:
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(ROOT, ".cache", "collections")
-    # the ansible next to this interpreter (the project's venv)
-    cmd = [os.path.join(os.path.dirname(sys.executable), args[0]), *args[1:], "-i", "localhost,"]
-    cmd += ["-e", json.dumps({"ansible_python_interpreter": sys.executable, **(extra_vars or {})})]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(f"{' '.join(cmd)} printed no JSON (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
-
-
-def task(result: dict, name: str) -> dict:
-    for play in result["plays"]:
-        for t in play["tasks"]:
-            if t["task"]["name"].endswith(name):
-                return t["hosts"]["localhost"]
-    raise AssertionError(f"no task named {name!r}")
 
 
 def kernel_value() -> str:

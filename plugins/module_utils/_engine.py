@@ -1,0 +1,116 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""What a given vLLM version accepts and does (KNOWLEDGE.md part B, read from vLLM's source):
+flags by version, quantization by architecture, attention backends, parsers, images, known
+bugs. Private to llmfleet.serving; pure data and functions.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional, Tuple
+
+Version = Tuple[int, int, int]
+
+
+class EngineError(Exception):
+    """An engine version or image that cannot serve the request."""
+
+
+def parse_version(text: str) -> Version:
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", str(text).strip())
+    if not match:
+        raise EngineError(f"engine version {text!r} is not a version like 0.17.0")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def vstr(version: Version) -> str:
+    return ".".join(str(p) for p in version)
+
+
+OLDEST, NEWEST = (0, 8, 5), (0, 33, 0)
+
+# First version that accepts a CLI flag (flags older than 0.8.5 are not listed: always there).
+FLAG_SINCE: Dict[str, Version] = {
+    "--attention-backend": (0, 13, 0),
+    "--default-chat-template-kwargs": (0, 15, 0),
+    "--mm-encoder-attn-backend": (0, 17, 0),      # seen working in field report 000 on 0.17.0
+    "--mm-processor-cache-type": (0, 17, 0),
+    "--language-model-only": (0, 17, 0),
+    "--enable-expert-parallel": (0, 8, 5),
+    "--reasoning-parser": (0, 8, 5),
+    "--enable-reasoning": (0, 8, 5),
+    "--tool-call-parser": (0, 8, 5),
+    "--enable-auto-tool-choice": (0, 8, 5),
+    "--kv-cache-dtype": (0, 8, 5),
+    "--shutdown-timeout": (0, 18, 0),
+}
+# Last version that accepts it.
+FLAG_UNTIL: Dict[str, Version] = {
+    "--enable-reasoning": (0, 9, 2),
+}
+ENV_UNTIL: Dict[str, Version] = {
+    "VLLM_ATTENTION_BACKEND": (0, 14, 99),
+}
+
+
+def has_flag(version: Version, flag: str) -> bool:
+    return FLAG_SINCE.get(flag, OLDEST) <= version <= FLAG_UNTIL.get(flag, (99, 0, 0))
+
+
+def default_gpu_memory_utilization(version: Version) -> float:
+    return 0.92 if version >= (0, 21, 0) else 0.90
+
+
+def cudagraph_memory_counted(version: Version) -> bool:
+    """From 0.21 the profiler counts CUDA-graph memory inside the utilization budget."""
+    return version >= (0, 21, 0)
+
+
+def default_batching(version: Version, gpu_mib: int, is_a100: bool) -> Tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the API server defaults to."""
+    if gpu_mib >= 70 * 1024 and not is_a100:
+        return 8192, 1024
+    return 2048, 256
+
+
+# Minimum CUDA compute capability (x10) per quantization method, on the engine versions that have it.
+QUANT_MIN_CC: Dict[str, int] = {
+    "gptq": 60, "gptq_marlin": 75, "awq": 75, "awq_marlin": 75, "moe_wna16": 70, "fp8": 75, "fp8_w8a8": 89,
+    "compressed-tensors": 70, "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt_fp4": 75,
+}
+QUANT_REMOVED: Dict[str, Version] = {"gguf": (0, 24, 0), "bitsandbytes": (0, 30, 0)}
+FP8_WEIGHT_ONLY_SINCE: Version = (0, 17, 0)   # fp8 floor 80 -> 75 (Marlin W8A16 on Turing/Ampere)
+
+# DCU/ROCm archs with FP8 tensor math (gfx936 has none per DTK 26.04; MI300 gfx942 has it).
+GFX_FP8 = {"gfx942", "gfx950", "gfx938"}
+GFX_BF16 = {"gfx90a", "gfx942", "gfx950", "gfx936", "gfx938"}
+
+# Reasoning and tool parsers by model family (KNOWLEDGE.md 6).
+PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
+    "qwen3": ("qwen3", "hermes"),
+    "qwen3_moe": ("qwen3", "hermes"),
+    "qwen3_coder": (None, "qwen3_coder"),
+    "qwen3_next": ("qwen3", "hermes"),
+    "qwen3_5": ("qwen3", "qwen3_coder"),
+    "qwen3_5_moe": ("qwen3", "qwen3_coder"),
+}
+
+# Hygon DCU images known to field reports (SourceFind registry); vendor-built, version-pinned.
+DCU_IMAGES: Dict[Version, str] = {
+    (0, 18, 0): "harbor.sourcefind.cn:5443/dcu/admin/base/custom:vllm018-ubuntu22.04-dtk26.04-gemma4-0413",
+    (0, 9, 2): "image.sourcefind.cn:5000/dcu/admin/base/vllm:0.9.2-ubuntu22.04-dtk25.04.2-py3.10",
+    (0, 8, 5): "image.sourcefind.cn:5000/dcu/admin/base/vllm:0.8.5-ubuntu22.04-dtk25.04.1-rc5-das1.6-py3.10-20250724",
+}
+
+# Known bugs the collection patches at import time (the vllm role mounts the patch module).
+MOE_WNA16_AFFECTED: Tuple[Version, Version] = ((0, 11, 0), (0, 33, 0))   # issue #36008, still in 0.33.0
+
+
+def nvidia_image(version: Version, cc: int) -> str:
+    """Official image for a version; V100 (sm70) has none from 0.20 (CUDA 13 / torch 2.11 dropped Volta)."""
+    if cc < 75 and version >= (0, 20, 0):
+        raise EngineError(
+            f"vLLM {vstr(version)} has no build for sm{cc}: from 0.20 the images are CUDA 13 / PyTorch 2.11, which dropped Volta; "
+            "pin engine.version to 0.19.x or older (field report 000 runs 0.17.0), or give engine.image of a CUDA 12 build with sm70 kernels")
+    return f"vllm/vllm-openai:v{vstr(version)}"

@@ -1,0 +1,447 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Model profiles: what the planner needs to know about a checkpoint, read from its config.json
+(flat, or nested under `text_config`) and safetensors index, or from the built-in catalog,
+which is a set of config.json excerpts run through the very same reader.
+
+Private to llmfleet.serving. Pure: no file access except `profile_from_directory`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2}
+
+
+class ModelError(Exception):
+    """A model that cannot be profiled; the message says which key or file is the problem."""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    id: str
+    family: str                       # qwen3, qwen3_moe, qwen3_next, qwen3_5, qwen3_5_moe, other
+    architecture: str
+    hidden_size: int
+    num_layers: int
+    full_attention_layers: int
+    linear_attention_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    torch_dtype: str
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    mamba_ssm_dtype: str = "float32"
+    tie_word_embeddings: bool = False
+    attn_output_gate: bool = False
+    vision: bool = False
+    vision_parameters: int = 0
+    quant_method: Optional[str] = None          # None (the torch_dtype), fp8, gptq, awq, ...
+    quant_bits: Optional[int] = None
+    quant_group_size: Optional[int] = None
+    weight_bytes: int = 0                       # bytes of the weights the engine loads
+    weight_bytes_source: str = "estimated from the config"
+    thinking: str = "none"                      # hybrid (enable_thinking toggles), always, none
+    provenance: str = ""
+    min_engine: str = "0.8.5"
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.linear_attention_layers > 0
+
+    def as_dict(self) -> Dict[str, Any]:
+        out = asdict(self)
+        out["is_moe"], out["is_hybrid"] = self.is_moe, self.is_hybrid
+        return out
+
+
+def _get(cfg: Mapping[str, Any], key: str, default: Any = None, required: bool = False, source: str = "config.json") -> Any:
+    if key in cfg and cfg[key] is not None:
+        return cfg[key]
+    if required:
+        raise ModelError(f"{source}: missing {key!r}")
+    return default
+
+
+def _family(model_type: str, architecture: str, num_experts: int, linear: int) -> str:
+    mt = model_type.lower()
+    if mt.startswith("qwen3_5"):
+        return "qwen3_5_moe" if num_experts else "qwen3_5"
+    if mt.startswith("qwen3_next") or architecture.startswith("Qwen3Next"):
+        return "qwen3_next"
+    if mt.startswith("qwen3"):
+        return "qwen3_moe" if num_experts else "qwen3"
+    return "other" if not linear else "hybrid"
+
+
+def _layer_kinds(text: Mapping[str, Any], layers: int, source: str) -> Tuple[int, int]:
+    types = text.get("layer_types")
+    if types:
+        if len(types) != layers:
+            raise ModelError(f"{source}: layer_types lists {len(types)} layers but num_hidden_layers is {layers}")
+        full = sum(1 for t in types if t in ("full_attention", "attention", "sliding_attention"))
+        linear = sum(1 for t in types if t in ("linear_attention", "mamba", "gated_delta_net"))
+        if full + linear != layers:
+            unknown = sorted({t for t in types} - {"full_attention", "attention", "sliding_attention", "linear_attention", "mamba", "gated_delta_net"})
+            raise ModelError(f"{source}: layer_types has kinds this planner does not know: {unknown}")
+        return full, linear
+    interval = text.get("full_attention_interval")
+    if interval and text.get("linear_num_value_heads"):
+        full = sum(1 for i in range(layers) if (i + 1) % int(interval) == 0)
+        return full, layers - full
+    return layers, 0
+
+
+def _vision_parameters(vision: Mapping[str, Any]) -> int:
+    """Approximate parameters of a ViT tower with a patch merger (Qwen2.5/3-VL style)."""
+    depth = int(vision.get("depth") or vision.get("num_hidden_layers") or 0)
+    hidden = int(vision.get("hidden_size") or vision.get("embed_dim") or 0)
+    inter = int(vision.get("intermediate_size") or 4 * hidden)
+    out = int(vision.get("out_hidden_size") or hidden)
+    merge = int(vision.get("spatial_merge_size") or 2)
+    blocks = depth * (4 * hidden * hidden + 2 * hidden * inter)
+    merger = (hidden * merge * merge) ** 2 + hidden * merge * merge * out
+    return blocks + merger
+
+
+def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Tuple[Optional[str], Optional[int], Optional[int]]:
+    q = cfg.get("quantization_config") or text.get("quantization_config")
+    if not q:
+        return None, None, None
+    method = str(q.get("quant_method", "")).lower() or None
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        if weights.get("type") == "float" and weights.get("num_bits") == 8:
+            return "fp8", 8, None
+        return "compressed-tensors", weights.get("num_bits"), weights.get("group_size")
+    bits = q.get("bits") or q.get("w_bit") or (8 if method == "fp8" else None)
+    group = q.get("group_size") or q.get("q_group_size")
+    return method, bits, group
+
+
+def count_parameters(p: Dict[str, Any]) -> Dict[str, int]:
+    """Parameters by part, from the architecture numbers: what weight_bytes is estimated from."""
+    h, heads, kv, d = p["hidden_size"], p["num_attention_heads"], p["num_kv_heads"], p["head_dim"]
+    q_out = heads * d * (2 if p["attn_output_gate"] else 1)
+    attention = p["full_attention_layers"] * (h * q_out + 2 * h * kv * d + heads * d * h)
+    kh, vh, kd, vd = p["linear_num_key_heads"], p["linear_num_value_heads"], p["linear_key_head_dim"], p["linear_value_head_dim"]
+    gdn_one = h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + (2 * kh * kd + vh * vd) * p["linear_conv_kernel_dim"] + vh * vd * h
+    linear = p["linear_attention_layers"] * gdn_one
+    layers = p["num_layers"]
+    if p["num_experts"]:
+        experts = layers * p["num_experts"] * 3 * h * p["moe_intermediate_size"]
+        shared = layers * 3 * h * p["shared_expert_intermediate_size"]
+        dense_mlp = layers * h * p["num_experts"]  # routers
+    else:
+        experts, shared = 0, 0
+        dense_mlp = layers * 3 * h * p["intermediate_size"]
+    embed = p["vocab_size"] * h * (1 if p["tie_word_embeddings"] else 2)
+    return {"attention": attention, "linear_attention": linear, "experts": experts, "shared_experts": shared,
+            "mlp": dense_mlp, "embeddings": embed, "vision": p["vision_parameters"]}
+
+
+def estimate_weight_bytes(p: Dict[str, Any]) -> int:
+    """Bytes the engine loads, by part and quantization. GPTQ/AWQ int4 checkpoints of Qwen keep
+    attention, linear attention, shared experts, embeddings and the vision tower in 16 bit and
+    quantize the MLP / routed experts (about 4.25 bits a weight with group scales); FP8 block
+    checkpoints quantize every linear layer of the decoder to one byte."""
+    parts = count_parameters(p)
+    full = DTYPE_BYTES.get(p["torch_dtype"], 2)
+    method, bits, group = p["quant_method"], p["quant_bits"] or 16, p["quant_group_size"] or 128
+    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin", "compressed-tensors") and bits < 16:
+        per_weight = bits / 8 + 2 / group + bits / 8 / group
+        quantized = parts["experts"] + (parts["mlp"] if not p["num_experts"] else 0)
+        rest = sum(parts.values()) - quantized
+        return int(quantized * per_weight + rest * full)
+    if method == "fp8":
+        decoder = parts["attention"] + parts["linear_attention"] + parts["experts"] + parts["shared_experts"] + parts["mlp"]
+        return int(decoder * (1 + 4 / (128 * 128)) + (parts["embeddings"] + parts["vision"]) * full)
+    return int(sum(parts.values()) * full)
+
+
+def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: Optional[int] = None,
+                        weight_source: str = "", provenance: str = "") -> ModelProfile:
+    """Read a Hugging Face config.json (flat, or multimodal with `text_config`)."""
+    if not isinstance(config, Mapping):
+        raise ModelError(f"{model_id}: config.json is not a JSON object")
+    source = f"{model_id} config.json"
+    text = config.get("text_config") or config
+    archs = config.get("architectures") or text.get("architectures") or ["unknown"]
+    hidden = int(_get(text, "hidden_size", required=True, source=source))
+    layers = int(_get(text, "num_hidden_layers", required=True, source=source))
+    heads = int(_get(text, "num_attention_heads", required=True, source=source))
+    kv = int(_get(text, "num_key_value_heads", heads, source=source))
+    head_dim = int(_get(text, "head_dim", hidden // heads, source=source))
+    full, linear = _layer_kinds(text, layers, source)
+    experts = int(_get(text, "num_experts", 0) or _get(text, "n_routed_experts", 0) or 0)
+    model_type = str(config.get("model_type") or text.get("model_type") or "")
+    method, bits, group = _quantization(config, text)
+    family = _family(model_type, archs[0], experts, linear)
+    vision_cfg = config.get("vision_config")
+    params: Dict[str, Any] = dict(
+        id=model_id, family=family, architecture=archs[0], hidden_size=hidden, num_layers=layers,
+        full_attention_layers=full, linear_attention_layers=linear, num_attention_heads=heads, num_kv_heads=kv,
+        head_dim=head_dim, intermediate_size=int(_get(text, "intermediate_size", 4 * hidden)),
+        vocab_size=int(_get(text, "vocab_size", required=True, source=source)),
+        max_position_embeddings=int(_get(text, "max_position_embeddings", required=True, source=source)),
+        torch_dtype=str(_get(text, "torch_dtype", None) or _get(config, "torch_dtype", None) or _get(text, "dtype", "bfloat16")),
+        num_experts=experts, experts_per_token=int(_get(text, "num_experts_per_tok", 0) or 0),
+        moe_intermediate_size=int(_get(text, "moe_intermediate_size", 0) or 0),
+        shared_expert_intermediate_size=int(_get(text, "shared_expert_intermediate_size", 0) or 0),
+        linear_num_key_heads=int(_get(text, "linear_num_key_heads", 0) or 0),
+        linear_num_value_heads=int(_get(text, "linear_num_value_heads", 0) or 0),
+        linear_key_head_dim=int(_get(text, "linear_key_head_dim", 0) or 0),
+        linear_value_head_dim=int(_get(text, "linear_value_head_dim", 0) or 0),
+        linear_conv_kernel_dim=int(_get(text, "linear_conv_kernel_dim", 0) or 0),
+        mamba_ssm_dtype=str(_get(text, "mamba_ssm_dtype", "float32")),
+        tie_word_embeddings=bool(_get(config, "tie_word_embeddings", _get(text, "tie_word_embeddings", False))),
+        attn_output_gate=bool(_get(text, "attn_output_gate", False)),
+        vision=bool(vision_cfg), vision_parameters=_vision_parameters(vision_cfg) if vision_cfg else 0,
+        quant_method=method, quant_bits=bits, quant_group_size=group,
+    )
+    if params["torch_dtype"] not in DTYPE_BYTES:
+        raise ModelError(f"{source}: torch_dtype {params['torch_dtype']!r} is not one the planner knows")
+    if heads % kv:
+        raise ModelError(f"{source}: {heads} attention heads are not a multiple of {kv} KV heads")
+    if weight_bytes is None:
+        weight_bytes = estimate_weight_bytes(params)
+        weight_source = weight_source or "estimated from the config"
+    name = model_id.lower()
+    if family.startswith("qwen3_5") or (family in ("qwen3", "qwen3_moe") and "instruct" not in name and "coder" not in name):
+        thinking = "hybrid"
+    elif "thinking" in name:
+        thinking = "always"
+    else:
+        thinking = "none"
+    return ModelProfile(weight_bytes=int(weight_bytes), weight_bytes_source=weight_source, thinking=thinking,
+                        provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
+                        "0.10.2" if family == "qwen3_next" else "0.8.5", **params)
+
+
+def weight_bytes_from_index(index: Mapping[str, Any]) -> Optional[int]:
+    total = (index.get("metadata") or {}).get("total_size")
+    return int(total) if total else None
+
+
+def profile_from_directory(path: str, model_id: Optional[str] = None) -> ModelProfile:
+    """A model on disk (or just its config.json + model.safetensors.index.json, fetched before
+    the weights): exact weight bytes from the index or the file sizes."""
+    config_path = os.path.join(path, "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except OSError as exc:
+        raise ModelError(f"{config_path}: cannot read ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{config_path}: not JSON ({exc.msg}, line {exc.lineno})") from exc
+    weight_bytes, source = None, ""
+    index_path = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index_path):
+        with open(index_path, encoding="utf-8") as handle:
+            weight_bytes = weight_bytes_from_index(json.load(handle))
+        source = "model.safetensors.index.json metadata.total_size"
+    if weight_bytes is None:
+        files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
+        if files:
+            weight_bytes = sum(os.path.getsize(os.path.join(path, f)) for f in files)
+            source = f"sizes of {len(files)} safetensors file(s)"
+    return profile_from_config(config, model_id or path, weight_bytes, source, provenance=f"read from {config_path}")
+
+
+# --------------------------------------------------------------------------------------------
+# Built-in catalog: config.json excerpts. Qwen3.5 numbers are KNOWLEDGE.md section 5 (HF configs as
+# copied by third parties, cross-checked between three copies); Qwen3 / Qwen3-Next numbers are
+# their published config.json values. Qwen3.5-2B and -9B hidden size / head counts are not in
+# those copies: they are estimated (KV layout and layer counts are known), and marked so.
+
+_QWEN35_COMMON = dict(
+    head_dim=256, attn_output_gate=True, full_attention_interval=4, linear_key_head_dim=128, linear_value_head_dim=128,
+    linear_conv_kernel_dim=4, mamba_ssm_dtype="float32", vocab_size=248320, max_position_embeddings=262144,
+    torch_dtype="bfloat16",
+)
+_QWEN35_VISION_SMALL = dict(depth=12, hidden_size=768, intermediate_size=3072, out_hidden_size=1024, spatial_merge_size=2)
+_QWEN35_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, out_hidden_size=2048, spatial_merge_size=2)
+
+_GPTQ_INT4 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+_FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def _qwen35(arch: str, vision: Dict[str, Any], **text: Any) -> Dict[str, Any]:
+    text_cfg = dict(_QWEN35_COMMON, **text)
+    text_cfg["model_type"] = "qwen3_5_moe_text" if text.get("num_experts") else "qwen3_5_text"
+    return {"architectures": [arch], "model_type": "qwen3_5_moe" if text.get("num_experts") else "qwen3_5",
+            "text_config": text_cfg, "vision_config": dict(vision), "tie_word_embeddings": bool(text.get("tie_word_embeddings"))}
+
+
+def _qwen3(arch: str, **cfg: Any) -> Dict[str, Any]:
+    base = dict(architectures=[arch], model_type="qwen3_moe" if cfg.get("num_experts") else "qwen3", head_dim=128,
+                vocab_size=151936, max_position_embeddings=40960, torch_dtype="bfloat16")
+    base.update(cfg)
+    return base
+
+
+_BASE_CONFIGS: Dict[str, Tuple[Dict[str, Any], str]] = {
+    "Qwen/Qwen3.5-0.8B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION_SMALL, hidden_size=1024, num_hidden_layers=24,
+                                  num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=16,
+                                  intermediate_size=3584, tie_word_embeddings=True), "KNOWLEDGE.md 5 (HF config copies)"),
+    "Qwen/Qwen3.5-2B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION_SMALL, hidden_size=2048, num_hidden_layers=24,
+                                num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=16,
+                                intermediate_size=6144, tie_word_embeddings=True),
+                        "KNOWLEDGE.md 5 for layers and KV heads; hidden size, Q heads and MLP width ESTIMATED"),
+    "Qwen/Qwen3.5-4B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION_SMALL, hidden_size=2560, num_hidden_layers=32,
+                                num_attention_heads=16, num_key_value_heads=4, linear_num_key_heads=16, linear_num_value_heads=32,
+                                intermediate_size=9216, tie_word_embeddings=True), "KNOWLEDGE.md 5 (HF config copies)"),
+    "Qwen/Qwen3.5-9B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION, hidden_size=4096, num_hidden_layers=32,
+                                num_attention_heads=16, num_key_value_heads=4, linear_num_key_heads=16, linear_num_value_heads=32,
+                                intermediate_size=12288),
+                        "KNOWLEDGE.md 5 for layers and KV heads; hidden size, Q heads and MLP width ESTIMATED"),
+    "Qwen/Qwen3.5-27B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION, hidden_size=5120, num_hidden_layers=64,
+                                 num_attention_heads=24, num_key_value_heads=4, linear_num_key_heads=16, linear_num_value_heads=48,
+                                 intermediate_size=17408), "KNOWLEDGE.md 5 (HF config copies)"),
+    "Qwen/Qwen3.5-35B-A3B": (_qwen35("Qwen3_5MoeForConditionalGeneration", _QWEN35_VISION, hidden_size=2048, num_hidden_layers=40,
+                                     num_attention_heads=16, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=32,
+                                     num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                                     shared_expert_intermediate_size=512), "KNOWLEDGE.md 5 (HF config copies)"),
+    "Qwen/Qwen3.5-122B-A10B": (_qwen35("Qwen3_5MoeForConditionalGeneration", _QWEN35_VISION, hidden_size=3072, num_hidden_layers=48,
+                                       num_attention_heads=32, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=64,
+                                       num_experts=256, num_experts_per_tok=8, moe_intermediate_size=1024,
+                                       shared_expert_intermediate_size=1024), "KNOWLEDGE.md 5 (HF config copies)"),
+    "Qwen/Qwen3.5-397B-A17B": (_qwen35("Qwen3_5MoeForConditionalGeneration", _QWEN35_VISION, hidden_size=4096, num_hidden_layers=60,
+                                       num_attention_heads=32, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=64,
+                                       num_experts=512, num_experts_per_tok=10, moe_intermediate_size=1024,
+                                       shared_expert_intermediate_size=1024), "KNOWLEDGE.md 5 (HF config copies)"),
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": (_qwen3("Qwen3NextForCausalLM", model_type="qwen3_next", hidden_size=2048, num_hidden_layers=48,
+                                                num_attention_heads=16, num_key_value_heads=2, head_dim=256, full_attention_interval=4,
+                                                linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                                                linear_value_head_dim=128, linear_conv_kernel_dim=4, mamba_ssm_dtype="bfloat16",
+                                                num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+                                                shared_expert_intermediate_size=512, intermediate_size=5120, attn_output_gate=True,
+                                                max_position_embeddings=262144), "published config.json (KNOWLEDGE.md 5)"),
+    "Qwen/Qwen3-0.6B": (_qwen3("Qwen3ForCausalLM", hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                               intermediate_size=3072, tie_word_embeddings=True), "published config.json"),
+    "Qwen/Qwen3-8B": (_qwen3("Qwen3ForCausalLM", hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                             intermediate_size=12288), "published config.json (KNOWLEDGE.md 5)"),
+    "Qwen/Qwen3-14B": (_qwen3("Qwen3ForCausalLM", hidden_size=5120, num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
+                              intermediate_size=17408), "published config.json"),
+    "Qwen/Qwen3-32B": (_qwen3("Qwen3ForCausalLM", hidden_size=5120, num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8,
+                              intermediate_size=25600), "published config.json"),
+    "Qwen/Qwen3-30B-A3B": (_qwen3("Qwen3MoeForCausalLM", hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
+                                  num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+                                  intermediate_size=6144), "published config.json (KNOWLEDGE.md 5)"),
+    "Qwen/Qwen3-235B-A22B": (_qwen3("Qwen3MoeForCausalLM", hidden_size=4096, num_hidden_layers=94, num_attention_heads=64,
+                                    num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536,
+                                    intermediate_size=12288), "published config.json (KNOWLEDGE.md 5)"),
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": (_qwen3("Qwen3MoeForCausalLM", hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
+                                                 num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+                                                 intermediate_size=6144, max_position_embeddings=262144), "published config.json"),
+}
+
+# Quantized variants: (base id, suffix, quantization_config). The Qwen3.5 -FP8 / -GPTQ-Int4 ones are
+# Qwen's own; Qwen3-Next GPTQ-Int4 is the community checkpoint of field report 001.
+_VARIANTS: List[Tuple[str, str, Dict[str, Any]]] = [
+    *[(f"Qwen/Qwen3.5-{size}", suffix, q) for size in ("27B", "35B-A3B", "122B-A10B", "397B-A17B")
+      for suffix, q in (("-FP8", _FP8_BLOCK), ("-GPTQ-Int4", _GPTQ_INT4))],
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "-FP8", _FP8_BLOCK),
+    ("Qwen/Qwen3-8B", "-FP8", _FP8_BLOCK),
+    ("Qwen/Qwen3-14B", "-FP8", _FP8_BLOCK),
+    ("Qwen/Qwen3-32B", "-FP8", _FP8_BLOCK),
+    ("Qwen/Qwen3-30B-A3B", "-FP8", _FP8_BLOCK),
+    ("Qwen/Qwen3-235B-A22B", "-FP8", _FP8_BLOCK),
+]
+
+
+def _catalog_configs() -> Dict[str, Tuple[Dict[str, Any], str]]:
+    configs = dict(_BASE_CONFIGS)
+    thinking_next = dict(_BASE_CONFIGS["Qwen/Qwen3-Next-80B-A3B-Instruct"][0])
+    configs["Qwen/Qwen3-Next-80B-A3B-Thinking"] = (thinking_next, _BASE_CONFIGS["Qwen/Qwen3-Next-80B-A3B-Instruct"][1])
+    for base, suffix, quant in _VARIANTS:
+        cfg = json.loads(json.dumps(configs[base][0]))
+        cfg["quantization_config"] = dict(quant)
+        configs[base + suffix] = (cfg, configs[base][1] + "; quantization_config as published for " + suffix.lstrip("-"))
+    for which in ("Instruct", "Thinking"):
+        cfg = json.loads(json.dumps(configs[f"Qwen/Qwen3-Next-80B-A3B-{which}"][0]))
+        cfg["quantization_config"] = dict(_GPTQ_INT4)
+        configs[f"Qwen/Qwen3-Next-80B-A3B-{which}-GPTQ-Int4"] = (
+            cfg, "community GPTQ-Int4 checkpoint of field report 001; quantization layout assumed like Qwen's own GPTQ-Int4")
+    return configs
+
+
+CATALOG: Dict[str, Tuple[Dict[str, Any], str]] = _catalog_configs()
+CATALOG_IDS = tuple(sorted(CATALOG))
+
+
+def catalog_profile(model_id: str) -> ModelProfile:
+    key = next((k for k in CATALOG if k.lower() == model_id.lower() or k.split("/", 1)[1].lower() == model_id.lower()), None)
+    if key is None:
+        raise ModelError(f"model {model_id!r} is not in the built-in catalog; give its local path (with config.json) "
+                         f"or one of: {', '.join(CATALOG_IDS)}")
+    config, provenance = CATALOG[key]
+    return profile_from_config(config, key, provenance=f"built-in catalog: {provenance}")
+
+
+def resolve_model(spec: Any, local_configs: Optional[Mapping[str, Any]] = None) -> ModelProfile:
+    """A deployment's `model`: a catalog id, or a dict with `id` and optional `path` / `config`
+    (a config.json already read, e.g. fetched with config_only) / `weight_bytes`."""
+    if isinstance(spec, str):
+        if local_configs and spec in local_configs:
+            return profile_from_config(local_configs[spec], spec, provenance="config.json given to the planner")
+        return catalog_profile(spec)
+    if isinstance(spec, Mapping):
+        model_id = str(spec.get("id") or spec.get("path") or "")
+        if not model_id:
+            raise ModelError(f"model {dict(spec)!r} needs an id or a path")
+        if spec.get("config"):
+            return profile_from_config(spec["config"], model_id, spec.get("weight_bytes"),
+                                       "given with the deployment" if spec.get("weight_bytes") else "",
+                                       provenance="config.json given with the deployment")
+        if spec.get("path") and os.path.isfile(os.path.join(str(spec["path"]), "config.json")):
+            return profile_from_directory(str(spec["path"]), model_id)
+        return catalog_profile(model_id)
+    raise ModelError(f"model must be a catalog id or a mapping, got {spec!r}")
+
+
+def gdn_state_bytes_per_sequence(m: ModelProfile, tp: int, dtype_bytes: int, spec_tokens: int = 0) -> int:
+    """Gated-DeltaNet conv + recurrent state one sequence holds per GPU (vLLM mamba_utils)."""
+    if not m.is_hybrid:
+        return 0
+    conv = (2 * m.linear_num_key_heads * m.linear_key_head_dim + m.linear_num_value_heads * m.linear_value_head_dim) // tp \
+        * (m.linear_conv_kernel_dim - 1 + spec_tokens) * dtype_bytes
+    recurrent = m.linear_num_value_heads // tp * m.linear_value_head_dim * m.linear_key_head_dim * DTYPE_BYTES.get(m.mamba_ssm_dtype, 4)
+    return m.linear_attention_layers * (conv + recurrent)
+
+
+def kv_heads_per_rank(m: ModelProfile, tp: int) -> int:
+    return max(1, m.num_kv_heads // tp)
+
+
+def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
+    """Full-attention KV bytes one token costs per GPU (vLLM FullAttentionSpec)."""
+    return m.full_attention_layers * kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_dtype_bytes
+
+
+def catalog_table() -> List[Dict[str, Any]]:
+    return [catalog_profile(i).as_dict() for i in CATALOG_IDS]
+
+
+__all__ = ["ModelProfile", "ModelError", "CATALOG_IDS", "catalog_profile", "resolve_model", "profile_from_config",
+           "profile_from_directory", "kv_bytes_per_token", "gdn_state_bytes_per_sequence", "count_parameters", "field"]

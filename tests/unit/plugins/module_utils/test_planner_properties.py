@@ -1,0 +1,95 @@
+"""Properties of every plan, over generated hardware x catalog models x engine versions (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import has_flag, parse_version
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG_IDS, catalog_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host, valid_tp
+
+GPUS = [("Tesla V100-SXM2-32GB", "sm70", "7.0", 32768), ("Tesla T4", "sm75", "7.5", 15360), ("NVIDIA A100-SXM4-80GB", "sm80", "8.0", 81920),
+        ("NVIDIA GeForce RTX 4090", "sm89", "8.9", 24564), ("NVIDIA L40S", "sm89", "8.9", 46068), ("NVIDIA H100 80GB HBM3", "sm90", "9.0", 81559),
+        ("NVIDIA H200", "sm90", "9.0", 143771)]
+VERSIONS = ["0.8.5", "0.9.2", "0.11.0", "0.13.0", "0.15.0", "0.17.0", "0.18.0", "0.19.1", "0.21.0", "0.26.0", "0.33.0"]
+# Every flag the planner may emit, with the oldest version that has it (all others: since 0.8.5).
+BASE_FLAGS = {"--served-model-name", "--host", "--port", "--tensor-parallel-size", "--dtype", "--quantization", "--kv-cache-dtype",
+              "--max-model-len", "--max-num-seqs", "--gpu-memory-utilization", "--max-num-batched-tokens", "--enforce-eager"}
+
+
+@st.composite
+def hardware(draw):
+    model, arch, cc, mib = draw(st.sampled_from(GPUS))
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    sockets = draw(st.sampled_from([1, 2])) if n > 1 else 1
+    link = draw(st.sampled_from(["NV12", "SYS", "PHB", "PIX"]))
+    per = n // sockets
+    accs = [{"index": i, "vendor": "nvidia", "model": model, "arch": arch, "compute_capability": cc, "memory_mib": mib,
+             "numa_node": i // per} for i in range(n)]
+
+    def word(i, j):
+        if i == j:
+            return "X"
+        if link.startswith("NV"):
+            return link
+        return link if i // per == j // per else "SYS"
+
+    return {"accelerators": accs, "links": [[word(i, j) for j in range(n)] for i in range(n)],
+            "numa_cpus": {s: f"{s * 32}-{s * 32 + 31}" for s in range(sockets)}, "cpu_count": 32 * sockets,
+            "memory_mib": 512 * 1024, "driver_version": "570.86.15"}
+
+
+@st.composite
+def deployment(draw, name):
+    return {
+        "name": name,
+        "model": draw(st.sampled_from(CATALOG_IDS)),
+        "gpus": draw(st.sampled_from(["all", 1, 2])),
+        "workload": {"max_model_len": draw(st.sampled_from(["auto", 2048, 8192, 32768, 131072])),
+                     "concurrency": draw(st.integers(1, 128)), "goal": draw(st.sampled_from(["throughput", "latency"])),
+                     "thinking": draw(st.booleans()), "tools": draw(st.booleans())},
+        "engine": {"version": draw(st.sampled_from(VERSIONS))},
+    }
+
+
+def check(plan):
+    instances = [i for d in plan["deployments"] for i in d["instances"]]
+    # errors <=> no instances
+    assert bool(plan["errors"]) == (not instances), plan["errors"]
+    used = [g for i in instances for g in i["gpus"]]
+    assert len(used) == len(set(used)), "instances share GPUs"
+    ports = [i["port"] for i in instances]
+    assert len(ports) == len(set(ports)), "duplicate ports"
+    for dep in plan["deployments"]:
+        version = parse_version(dep["engine_version"])
+        for inst in dep["instances"]:
+            m = catalog_profile(dep["model"])
+            assert valid_tp(m, inst["tensor_parallel_size"]) is None
+            assert m.num_attention_heads % inst["tensor_parallel_size"] == 0
+            mem = inst["memory"]
+            budget = mem["gpu_gib"] * inst["gpu_memory_utilization"]
+            spent = mem["weights_gib_per_gpu"] + mem["activation_gib_per_gpu"] + mem["non_torch_gib_per_gpu"] \
+                + (mem["cudagraph_gib_per_gpu"] if mem["cudagraph_in_budget"] else 0) + mem["kv_cache_gib_per_gpu"]
+            assert spent <= budget + 0.05, (spent, budget)
+            assert mem["kv_cache_gib_per_gpu"] > 0
+            assert mem["kv_cache_tokens"] * mem["kv_bytes_per_token_per_gpu"] <= mem["kv_cache_gib_per_gpu"] * 2**30 * 1.01
+            assert mem["max_concurrency_at_max_len"] >= 1
+            assert inst["max_model_len"] <= m.max_position_embeddings
+            for arg in inst["args"]:
+                if arg.startswith("--"):
+                    assert arg in BASE_FLAGS or has_flag(version, arg), f"{arg} is not a flag of vLLM {dep['engine_version']}"
+                    if arg not in BASE_FLAGS:
+                        assert has_flag(version, arg)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hw=hardware(), first=deployment("first"), second=deployment("second"), two=st.booleans())
+def test_plan_properties(hw, first, second, two):
+    deps = [first, second] if two else [first]
+    plan = plan_host("gen", hw, deps)
+    check(plan)
+    again = plan_host("gen", json.loads(json.dumps(hw)), json.loads(json.dumps(deps)))
+    assert json.dumps(again, sort_keys=True) == json.dumps(plan, sort_keys=True), "same input, different plan"

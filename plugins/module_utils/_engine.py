@@ -107,10 +107,11 @@ DCU_IMAGES: Dict[Version, str] = {
 MOE_WNA16_AFFECTED: Tuple[Version, Version] = ((0, 11, 0), (0, 33, 0))   # issue #36008, still in 0.33.0
 
 
-def nvidia_image(version: Version, cc: int) -> str:
-    """Official image for a version; V100 (sm70) has none from 0.20 (CUDA 13 / torch 2.11 dropped Volta)."""
+def nvidia_image(version: Version, cc: int) -> Tuple[str, Optional[str]]:
+    """(official image, warning). From 0.20 the default images are CUDA 13, which cannot target sm70:
+    V100s get the CUDA 12.9 variant that is still built (PR #39878)."""
     if cc < 75 and version >= (0, 20, 0):
-        raise EngineError(
-            f"vLLM {vstr(version)} has no build for sm{cc}: from 0.20 the images are CUDA 13 / PyTorch 2.11, which dropped Volta; "
-            "pin engine.version to 0.19.x or older (field report 000 runs 0.17.0), or give engine.image of a CUDA 12 build with sm70 kernels")
-    return f"vllm/vllm-openai:v{vstr(version)}"
+        return (f"vllm/vllm-openai:v{vstr(version)}-cu129",
+                f"vLLM {vstr(version)} on sm{cc}: the CUDA 12.9 image is used because CUDA 13 has no Volta; its PyTorch 2.11 may also lack "
+                "sm70 kernels ('no kernel image is available for execution on the device'); field report 000 runs 0.17.0")
+    return f"vllm/vllm-openai:v{vstr(version)}", None

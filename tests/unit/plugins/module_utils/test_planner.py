@@ -53,13 +53,14 @@ def test_seed_000_v100_dgx1():
     assert any("report 000" in r["why"] for r in inst["reasons"] if r["decision"] == "tensor_parallel_size=8")
 
 
-def test_seed_000_rejects_cuda13_engines_on_v100():
+def test_seed_000_gets_the_cuda12_image_from_020():
     host, hw, deps = inventory("v100")
     deps = copy.deepcopy(deps)
     deps[0]["engine"]["version"] = "0.21.0"
     plan = plan_host(host, hw, deps)
-    assert plan["deployments"][0]["instances"] == []
-    assert "no build for sm70" in plan["errors"][0] and "0.19.x or older" in plan["errors"][0]
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["image"] == "vllm/vllm-openai:v0.21.0-cu129"
+    assert any("CUDA 13 has no Volta" in w for w in plan["warnings"])
 
 
 def test_seed_001_v100_pair():

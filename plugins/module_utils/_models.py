@@ -279,8 +279,8 @@ _QWEN35_COMMON = dict(
     linear_conv_kernel_dim=4, mamba_ssm_dtype="float32", vocab_size=248320, max_position_embeddings=262144,
     torch_dtype="bfloat16",
 )
-_QWEN35_VISION_SMALL = dict(depth=12, hidden_size=768, intermediate_size=3072, out_hidden_size=1024, spatial_merge_size=2)
-_QWEN35_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, out_hidden_size=2048, spatial_merge_size=2)
+_QWEN35_VISION_SMALL = dict(depth=12, hidden_size=768, intermediate_size=3072, spatial_merge_size=2)
+_QWEN35_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, spatial_merge_size=2)
 
 _GPTQ_INT4 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
 _FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
@@ -289,8 +289,10 @@ _FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_blo
 def _qwen35(arch: str, vision: Dict[str, Any], **text: Any) -> Dict[str, Any]:
     text_cfg = dict(_QWEN35_COMMON, **text)
     text_cfg["model_type"] = "qwen3_5_moe_text" if text.get("num_experts") else "qwen3_5_text"
+    # the vision merger projects into the language model's hidden size
+    vision_cfg = dict(vision, out_hidden_size=text["hidden_size"])
     return {"architectures": [arch], "model_type": "qwen3_5_moe" if text.get("num_experts") else "qwen3_5",
-            "text_config": text_cfg, "vision_config": dict(vision), "tie_word_embeddings": bool(text.get("tie_word_embeddings"))}
+            "text_config": text_cfg, "vision_config": vision_cfg, "tie_word_embeddings": bool(text.get("tie_word_embeddings"))}
 
 
 def _qwen3(arch: str, **cfg: Any) -> Dict[str, Any]:

@@ -30,9 +30,16 @@ from ._models import (
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 BLOCK_SIZE = 16
-NON_TORCH_GIB = 0.25            # CUDA context, cuBLAS workspaces (0.22 GiB measured on the H200)
+NON_TORCH_GIB = 0.23            # CUDA context, cuBLAS workspaces (0.22-0.24 GiB measured on the H200)
 NCCL_GIB = 0.35                 # NCCL and custom all-reduce buffers per GPU when TP > 1
-CUDAGRAPH_GIB = 1.0             # default capture sizes (measured 1.00 GiB, Qwen3-8B shape on the H200)
+CUDAGRAPH_GIB = 1.0             # the largest CUDA-graph reserve (capture sizes up to 512: 1.00 GiB measured, Qwen3-8B, H200)
+# Calibrated on the H200 with vLLM 0.26 (tests/fixtures/gpu/): what torch sees of a card's memory,
+# CUDA graphs by largest capture size (0.23-0.24 GiB at 128, 1.00 GiB at 512), and the profiler's
+# activation peak per batched token (Qwen3-8B 1.29 GiB, Qwen3-30B-A3B 0.87 GiB at 8192 tokens,
+# compiled; eager 0.84 / 1.29 of that).
+VISIBLE_FRACTION = 143155 / 143771     # torch's total / nvidia-smi's memory.total on the H200
+GRAPH_GIB_BASE, GRAPH_GIB_PER_SIZE = 0.06, 0.0018
+ACT_BYTES_PER_VOCAB, ACT_PER_WIDTH, EAGER_ACT_FACTOR = 0.395, 2.69, 0.65
 CPU_HOST_RESERVE_GIB = 4.0      # what a CPU host keeps for the OS and the API server
 
 DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port"}
@@ -336,9 +343,12 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
         inter = (m.experts_per_token * m.moe_intermediate_size + m.shared_expert_intermediate_size) / tp
     else:
         inter = m.intermediate_size / tp
-    activation = max_batched * (2 * inter + 4 * m.hidden_size) * act_bytes + max_num_seqs * m.vocab_size * 4
+    activation = max_batched * (ACT_BYTES_PER_VOCAB * m.vocab_size + ACT_PER_WIDTH * (m.hidden_size + 3 * inter)) * act_bytes / 2
+    if eager:
+        activation *= EAGER_ACT_FACTOR
     non_torch = (NON_TORCH_GIB + (NCCL_GIB if tp > 1 else 0)) * GIB
-    graphs = 0.0 if eager else CUDAGRAPH_GIB * GIB
+    capture = min(512, 2 * max_num_seqs)
+    graphs = 0.0 if eager else min(CUDAGRAPH_GIB, GRAPH_GIB_BASE + GRAPH_GIB_PER_SIZE * capture) * GIB
     counted = graphs if cudagraph_memory_counted(version) else 0.0
     kv = gpu_bytes * util - weights - activation - non_torch - counted
     per_token = kv_bytes_per_token(m, tp, kv_bytes)
@@ -487,7 +497,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         return _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx, out, errors, warnings, package)
 
     gpu_mib = accs[0]["memory_mib"]
-    gpu_bytes = gpu_mib * MIB
+    gpu_bytes = gpu_mib * MIB * VISIBLE_FRACTION
     batched_default, seqs_default = default_batching(version, gpu_mib, "A100" in accs[0]["model"])
     max_batched = int(o.get("max_num_batched_tokens", batched_default))
 

@@ -1,0 +1,147 @@
+"""Runs on the lent H200 (its python3, the carried site on PYTHONPATH): for each run in a runs file,
+start `vllm serve` with --load-format dummy, wait for /health, read vLLM's memory log lines,
+run `vllm bench serve` (random dataset, fixed lengths, a concurrency sweep), stop the server, and
+append the numbers to OUT/results.json (written after every run, so a cut call keeps what ran).
+
+    python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs.json --only LABEL[,LABEL] --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+PATTERNS = {
+    "weights_gib": r"Model loading took ([\d.]+) GiB",
+    "available_kv_gib": r"Available KV cache memory: ([\d.]+) GiB",
+    "kv_cache_tokens": r"KV cache size: ([\d,]+) tokens",
+    "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
+    "peak_activation_gib": r"torch peak memory increase: ([\d.]+)GiB",
+    "non_torch_gib": r"non-torch forward increase memory: ([\d.]+)GiB",
+    "cudagraph_gib": r"Graph capturing finished in [\d.]+ secs?, took ([\d.-]+) GiB",
+    "cudagraph_estimate_gib": r"[Ee]stimated CUDA graph memory: ([\d.]+) GiB",
+    "block_size": r"Setting attention block size to (\d+) tokens",
+    "torch_compile_s": r"torch.compile takes ([\d.]+) s in total",
+}
+
+
+def parse_log(text: str) -> dict:
+    found = {}
+    for key, pattern in PATTERNS.items():
+        matches = re.findall(pattern, text)
+        if matches:
+            value = matches[-1].replace(",", "")
+            found[key] = int(value) if key in ("kv_cache_tokens", "block_size") else float(value)
+    return found
+
+
+def wait_health(port: int, proc: subprocess.Popen, budget: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < budget:
+        if proc.poll() is not None:
+            return -1.0
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return time.monotonic() - start
+        except OSError:
+            time.sleep(1)
+    return -1.0
+
+
+def bench(run: dict, model_dir: str, env: dict, out_dir: str) -> list:
+    results = []
+    spec = run["bench"]
+    for conc in spec["concurrency"]:
+        name = f"{run['label']}-c{conc}.json"
+        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
+               "--base-url", f"http://127.0.0.1:{run['port']}", "--model", run["served"], "--tokenizer", model_dir,
+               "--dataset-name", "random", "--random-input-len", str(spec["input"]), "--random-output-len", str(spec["output"]),
+               "--num-prompts", str(spec["prompts"] if conc > 1 else 10), "--max-concurrency", str(conc),
+               "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+               "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", "0"]
+        started = time.monotonic()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=spec.get("timeout", 240), check=False)
+        path = os.path.join(out_dir, name)
+        if proc.returncode != 0 or not os.path.exists(path):
+            results.append({"concurrency": conc, "error": (proc.stdout + proc.stderr)[-1500:]})
+            continue
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        os.remove(path)
+        results.append({"concurrency": conc, "wall_s": round(time.monotonic() - started, 1),
+                        **{k: data.get(k) for k in ("completed", "output_throughput", "request_throughput", "total_token_throughput",
+                                                    "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+                                                    "median_itl_ms", "p99_itl_ms")}})
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--carry", required=True)
+    parser.add_argument("--runs", required=True)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    with open(args.runs, encoding="utf-8") as handle:
+        runs = json.load(handle)["runs"]
+    wanted = [w for w in args.only.split(",") if w]
+    results_path = os.path.join(args.out, "results.json")
+    results = json.load(open(results_path, encoding="utf-8")) if os.path.exists(results_path) else []
+    logs = open(os.path.join(args.out, "logs.txt"), "a", encoding="utf-8")
+    for run in runs:
+        if wanted and run["label"] not in wanted:
+            continue
+        model_dir = os.path.join(args.carry, "models", run["model_dir"])
+        env = dict(os.environ, **run.get("env", {}), VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1",
+                   NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_dir, *run["args"], "--load-format", "dummy"]
+        probe = socket.socket()
+        if probe.connect_ex(("127.0.0.1", run["port"])) == 0:
+            probe.close()
+            raise SystemExit(f"port {run['port']} is already served by another process: stop it first (a left-over server?)")
+        probe.close()
+        log_file = f"/tmp/{run['label']}.log"
+        print(f"== {run['label']}: {' '.join(cmd[3:])}", flush=True)
+        with open(log_file, "w", encoding="utf-8") as log:
+            server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        ready = wait_health(run["port"], server, run.get("startup_budget", 300))
+        text = open(log_file, encoding="utf-8", errors="replace").read()
+        entry = {"label": run["label"], "model": run["model"], "config": run["config"], "args": run["args"], "ready_s": round(ready, 1),
+                 "engine_log": parse_log(text), "planned": run.get("planned", {})}
+        if ready > 0:
+            entry["bench"] = bench(run, model_dir, env, args.out)
+        else:
+            entry["error"] = "server did not become healthy"
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+        except ProcessLookupError:
+            pass  # it had already exited (a failed start)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        text = open(log_file, encoding="utf-8", errors="replace").read()
+        interesting = [line for line in text.splitlines() if re.search(r"KV cache|memory|Memory|GiB|graph|Error|error|Traceback|ready|compile", line)]
+        logs.write(f"===== {run['label']} (ready {ready:.1f} s)\n" + "\n".join(interesting[-60:]) + "\n" + "\n".join(text.splitlines()[-15:]) + "\n")
+        logs.flush()
+        results.append(entry)
+        with open(results_path, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1)
+        print(json.dumps({k: entry.get(k) for k in ("label", "ready_s", "engine_log")}), flush=True)
+        for b in entry.get("bench", []):
+            print("   ", json.dumps(b), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

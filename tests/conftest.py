@@ -12,3 +12,8 @@ if not os.path.islink(LINK):
     os.symlink(ROOT, LINK)
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
+
+# tests/llmfleet_testing.py (running ansible and reading its JSON results) is importable from every test folder.
+TESTS = os.path.dirname(os.path.abspath(__file__))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)

@@ -15,7 +15,7 @@ import pathlib
 import shlex
 
 import pytest
-from conftest import ROOT, run_ansible
+from llmfleet_testing import ROOT, run_ansible
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist
 

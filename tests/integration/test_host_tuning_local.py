@@ -11,7 +11,7 @@ import json
 import os
 
 import pytest
-from conftest import ROOT, run_ansible as ansible, task_result as task
+from llmfleet_testing import ROOT, run_ansible as ansible, task_result as task
 
 KNOB = "/proc/sys/kernel/numa_balancing"
 PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "host_tuning_local.yml")

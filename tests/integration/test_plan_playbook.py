@@ -8,7 +8,7 @@ import os
 import pathlib
 
 import pytest
-from conftest import ROOT, run_ansible, task_result
+from llmfleet_testing import ROOT, run_ansible, task_result
 
 INVENTORIES = ["v100", "v100_pair", "mixed_4gpu", "dcu_k100", "h100", "local"]
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Dict, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_ansible(*args: str, extra_vars: Optional[dict] = None, env: Optional[Dict[str, str]] = None, with_inventory: bool = True) -> dict:

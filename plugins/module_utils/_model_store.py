@@ -62,6 +62,20 @@ def parse_listing(body: Any, model_id: str) -> List[RemoteFile]:
     return sorted(out, key=lambda f: f.path)
 
 
+def files_from_manifest(document: Any, where: str) -> List[RemoteFile]:
+    """The file list of a mirror: another host's (or a web server's) copy of our manifest."""
+    entries = document.get("files") if isinstance(document, Mapping) else None
+    if not isinstance(entries, list) or not entries:
+        raise StoreError(f"{where} is not a model_fetch manifest with files")
+    out = []
+    for entry in entries:
+        path = entry.get("path") if isinstance(entry, Mapping) else None
+        if not path or path.startswith("/") or ".." in path.split("/") or not isinstance(entry.get("size"), int):
+            raise StoreError(f"{where} lists an unusable file entry {entry!r}")
+        out.append(RemoteFile(path, entry["size"], entry.get("sha256")))
+    return sorted(out, key=lambda f: f.path)
+
+
 def select(files: Iterable[RemoteFile], allow: Optional[List[str]], ignore: Optional[List[str]], config_only: bool) -> List[RemoteFile]:
     chosen = []
     for f in files:

@@ -32,9 +32,13 @@ options:
     type: path
     required: true
   source:
-    description: Where the files come from.
+    description:
+      - Where the files come from. V(modelscope) is the hub (or a mirror of its API) through the real SDK.
+      - V(http) is a web server (or a peer host) serving a folder that model_fetch already filled, with its
+        manifest; files resume with HTTP ranges and are checked against the manifest's sha256.
+      - V(path) is a folder on the host (air-gapped fleets).
     type: str
-    choices: [modelscope, path]
+    choices: [modelscope, http, path]
     default: modelscope
   endpoint:
     description: Hub address (a mirror, or a stand-in in tests); passed to the SDK as its endpoint.
@@ -43,6 +47,9 @@ options:
   source_path:
     description: With O(source=path), the folder to copy from.
     type: path
+  url:
+    description: With O(source=http), the URL of the model folder (the one holding C(.llmfleet-manifest.json)).
+    type: str
   allow_patterns:
     description: Only files matching one of these shell patterns.
     type: list
@@ -130,6 +137,7 @@ manifest:
 
 import json
 import os
+from http.client import IncompleteRead
 import shutil
 import subprocess
 import sys
@@ -140,8 +148,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
-    MANIFEST, RemoteFile, StoreError, bytes_to_fetch, check, check_space, manifest_document, parse_listing, revision_warning,
-    select, sha256_of, write_manifest,
+    MANIFEST, RemoteFile, StoreError, bytes_to_fetch, check, check_space, files_from_manifest, manifest_document, parse_listing,
+    revision_warning, select, sha256_of, write_manifest,
 )
 
 SDK_CALL = (
@@ -189,6 +197,59 @@ def local_listing(source_path):
     return sorted(files, key=lambda f: f.path)
 
 
+def http_listing(url):
+    where = f"{url.rstrip('/')}/{MANIFEST}"
+    try:
+        document = json.loads(open_url(where, timeout=60).read())
+    except HTTPError as exc:
+        raise StoreError(f"{where} answered {exc.code}: is the mirror serving a folder that model_fetch filled?") from None
+    except (URLError, OSError) as exc:
+        raise StoreError(f"cannot reach {where} ({getattr(exc, 'reason', exc)}): check the mirror or peer address") from None
+    except ValueError:
+        raise StoreError(f"{where} is not JSON") from None
+    return files_from_manifest(document, where)
+
+
+def http_fetch(url, dest, files, paths):
+    """Download paths from a mirror, resuming .incomplete files with a Range request; returns bytes read."""
+    sizes = {f.path: f for f in files}
+    fetched = 0
+    for rel in paths:
+        target = os.path.join(dest, rel)
+        partial = target + ".incomplete"
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        have = os.path.getsize(partial) if os.path.exists(partial) else 0
+        if have > sizes[rel].size:
+            os.remove(partial)
+            have = 0
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        answer = open_url(f"{url.rstrip('/')}/{quote(rel)}", timeout=60, headers=headers)
+        mode = "ab" if have and answer.status == 206 else "wb"
+        with open(partial, mode) as out:
+            try:
+                while True:
+                    block = answer.read(1 << 16)
+                    if not block:
+                        break
+                    out.write(block)
+                    fetched += len(block)
+            except IncompleteRead as exc:
+                out.write(exc.partial)
+                raise StoreError(f"the transfer of {rel} from {url} broke off after {out.tell()} of {sizes[rel].size} bytes; "
+                                 "re-run to resume it") from None
+            except OSError as exc:
+                raise StoreError(f"the transfer of {rel} from {url} broke off after {out.tell()} of {sizes[rel].size} bytes "
+                                 f"({exc}); re-run to resume it") from None
+            if out.tell() < sizes[rel].size:
+                raise StoreError(f"the transfer of {rel} from {url} broke off after {out.tell()} of {sizes[rel].size} bytes; "
+                                 "re-run to resume it")
+        if sizes[rel].sha256 and sha256_of(partial) != sizes[rel].sha256:
+            os.remove(partial)
+            raise StoreError(f"{rel} from {url} does not match its sha256 in the mirror's manifest; it was removed, re-run to fetch it again")
+        os.replace(partial, target)
+    return fetched
+
+
 def run_sdk(module, params, paths, log_file):
     args = {"model_id": params["model_id"], "revision": params["revision"], "dest": params["dest"], "files": paths,
             "workers": params["workers"], "endpoint": params["endpoint"]}
@@ -211,7 +272,8 @@ def main():
             model_id=dict(type="str", required=True),
             revision=dict(type="str", default="master"),
             dest=dict(type="path", required=True),
-            source=dict(type="str", choices=["modelscope", "path"], default="modelscope"),
+            source=dict(type="str", choices=["modelscope", "http", "path"], default="modelscope"),
+            url=dict(type="str"),
             endpoint=dict(type="str", default="https://modelscope.cn"),
             source_path=dict(type="path"),
             allow_patterns=dict(type="list", elements="str"),
@@ -222,7 +284,7 @@ def main():
             reserve_bytes=dict(type="int", default=1 << 30),
             log_file=dict(type="path"),
         ),
-        required_if=[("source", "path", ["source_path"])],
+        required_if=[("source", "path", ["source_path"]), ("source", "http", ["url"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -231,7 +293,12 @@ def main():
     if warning:
         module.warn(warning)
     try:
-        remote = hub_listing(p["endpoint"], p["model_id"], p["revision"]) if p["source"] == "modelscope" else local_listing(p["source_path"])
+        if p["source"] == "modelscope":
+            remote = hub_listing(p["endpoint"], p["model_id"], p["revision"])
+        elif p["source"] == "http":
+            remote = http_listing(p["url"])
+        else:
+            remote = local_listing(p["source_path"])
         files = select(remote, p["allow_patterns"], p["ignore_patterns"], p["config_only"])
         if not files:
             raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection")
@@ -250,6 +317,8 @@ def main():
             if p["source"] == "modelscope":
                 log_file = p["log_file"] or dest.rstrip("/") + ".download.log"
                 run_sdk(module, p, to_fetch, log_file)
+            elif p["source"] == "http":
+                result["bytes_fetched"] = http_fetch(p["url"], dest, files, to_fetch)
             else:
                 for rel in to_fetch:
                     target = os.path.join(dest, rel)

@@ -8,6 +8,10 @@ snapshot (shared/MODELSCOPE.md, seen working with modelscope 1.40.2 / modelscope
     GET /api/v1/repos/internalAccelerationInfo                              404
     GET /api/v1/models/{owner}/{name}/revisions                              branches and tags (older SDKs)
 
+and, standing in for a peer host's or a mirror's web server, plain files under ROOT with Range:
+
+    GET /files/<path under ROOT>
+
 Models live in a folder: ROOT/{owner}/{name}/{revision}/<files>; revisions that are tags are
 listed in ROOT/{owner}/{name}/tags.txt. For tests it also counts the bytes it served, per client
 address and per file (GET /_stats, POST /_reset), and takes fault flags (POST /_faults with JSON):
@@ -120,6 +124,8 @@ def make_handler(hub: Hub):
                 with hub.lock:
                     stats = {"served": dict(hub.served), "by_path": dict(hub.by_path), "requests": list(hub.requests)}
                 return self.send_json(200, json.dumps(stats).encode())
+            if url.path.startswith("/files/"):
+                return self.send_file(hub.root, unquote(url.path[len("/files/"):]))
             if url.path == "/api/v1/repos/internalAccelerationInfo":
                 return self.error(404, "not an intra-cloud hub")
             match = re.fullmatch(r"/api/v1/models/([\w.-]+)/([\w.-]+)(/repo/files|/repo|/revisions)?", url.path)

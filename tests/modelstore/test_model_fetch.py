@@ -41,7 +41,8 @@ def hub(tmp_path_factory):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield {"url": url, "files": {str(p.relative_to(revision)): p.stat().st_size for p in revision.rglob("*") if p.is_file()}}
+    yield {"url": url, "root": str(root),
+           "files": {str(p.relative_to(revision)): p.stat().st_size for p in revision.rglob("*") if p.is_file()}}
     server.shutdown()
 
 
@@ -147,3 +148,25 @@ def test_not_enough_disk(hub, fresh):
 def test_branch_revision_warns(hub, fresh):
     result = fetch(hub, fresh, revision="master")
     assert any("is a branch" in w for w in result.get("warnings", []))
+
+
+def test_http_mirror_fetch_resume_and_idempotence(hub, fresh, tmp_path):
+    """A second host fetches from a first one's folder over HTTP (what via_peer does), not from the hub."""
+    seeded = fetch(hub, pathlib.Path(hub["root"]) / "peer" / "tiny-qwen3")
+    assert seeded.get("failed") is not True
+    hub_call(hub, "/_reset", {})
+    weights = "peer/tiny-qwen3/model.safetensors"
+    size = hub["files"]["model.safetensors"]
+    hub_call(hub, "/_faults", {"truncate": {weights: 1}})
+    mirror = {"source": "http", "url": hub["url"] + "/files/peer/tiny-qwen3"}
+    broken = fetch(hub, fresh, **mirror)
+    assert broken.get("failed") is True
+    resumed = fetch(hub, fresh, **mirror)
+    assert resumed["changed"] is True and "model.safetensors" in resumed["fetched"]
+    by_path = hub_call(hub, "/_stats")["by_path"]
+    assert by_path[weights] == size, "the interrupted half plus the resumed half make the file once"
+    assert resumed["bytes_fetched"] < sum(hub["files"].values())
+    assert not any(p.startswith("api/") for p in by_path), "the mirror run never asked the hub"
+    again = fetch(hub, fresh, **mirror)
+    assert again["changed"] is False and again["bytes_fetched"] == 0
+    assert (fresh / "model.safetensors").read_bytes() == (pathlib.Path(hub["root"]) / "peer" / "tiny-qwen3" / "model.safetensors").read_bytes()

@@ -1,0 +1,83 @@
+"""The model store's pure core: listings, selection, verification, manifests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _model_store as ms
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+FILES = {"config.json": b'{"a": 1}', "model.safetensors": b"x" * 1000, "sub/tokenizer.json": b"{}"}
+REMOTE = [ms.RemoteFile(p, len(d), sha(d)) for p, d in sorted(FILES.items())]
+
+
+def populate(tmp_path, files=FILES):
+    for path, data in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(data)
+
+
+def test_parse_listing_skips_trees_and_needs_sizes():
+    body = {"Code": 200, "Data": {"Files": [{"Path": "sub", "Type": "tree", "Size": 0},
+                                            {"Path": "sub/a.bin", "Type": "blob", "Size": 3, "Sha256": "AB" * 32}]}}
+    assert ms.parse_listing(body, "m") == [ms.RemoteFile("sub/a.bin", 3, "ab" * 32)]
+    assert ms.parse_listing([{"Path": "x", "Size": 1}], "m") == [ms.RemoteFile("x", 1, None)]
+    with pytest.raises(ms.StoreError, match="gives no size for x"):
+        ms.parse_listing([{"Path": "x"}], "m")
+    with pytest.raises(ms.StoreError, match="unusable path '../etc/passwd'"):
+        ms.parse_listing([{"Path": "../etc/passwd", "Size": 1}], "m")
+
+
+def test_select():
+    assert [f.path for f in ms.select(REMOTE, None, ["*.safetensors"], False)] == ["config.json", "sub/tokenizer.json"]
+    assert [f.path for f in ms.select(REMOTE, ["sub/*"], None, False)] == ["sub/tokenizer.json"]
+    assert [f.path for f in ms.select(REMOTE, None, None, True)] == ["config.json"]
+
+
+def test_check_missing_corrupt_partial(tmp_path):
+    populate(tmp_path, {"config.json": FILES["config.json"], "model.safetensors": b"y" * 1000})
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "tokenizer.json.incomplete").write_bytes(b"{")
+    result = ms.check(str(tmp_path), REMOTE, full=False)
+    assert result.ok == ["config.json"] and result.corrupt == ["model.safetensors"] and result.missing == ["sub/tokenizer.json"]
+    assert result.partial_bytes == {"sub/tokenizer.json": 1}
+    assert ms.bytes_to_fetch(REMOTE, result) == 1000 + 2 - 1
+
+
+def test_fast_check_trusts_the_manifest_until_mtime_changes(tmp_path):
+    populate(tmp_path)
+    ms.write_manifest(str(tmp_path), ms.manifest_document("m", "v1", "modelscope", REMOTE, str(tmp_path)))
+    assert ms.check(str(tmp_path), REMOTE, full=False).to_fetch == []
+    target = tmp_path / "model.safetensors"
+    stat = target.stat()
+    target.write_bytes(b"z" * 1000)                     # same size, other bytes
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert ms.check(str(tmp_path), REMOTE, full=False).to_fetch == []   # fast: size and mtime look right
+    assert ms.check(str(tmp_path), REMOTE, full=True).corrupt == ["model.safetensors"]
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert ms.check(str(tmp_path), REMOTE, full=False).corrupt == ["model.safetensors"]   # touched: re-hashed
+
+
+def test_manifest_round_trip_and_idempotent_write(tmp_path):
+    populate(tmp_path)
+    document = ms.manifest_document("m", "v1", "modelscope", REMOTE, str(tmp_path))
+    assert ms.write_manifest(str(tmp_path), document) is True
+    assert ms.write_manifest(str(tmp_path), document) is False
+    assert ms.files_from_manifest(ms.read_manifest(str(tmp_path)), "here") == REMOTE
+    with pytest.raises(ms.StoreError, match="not a model_fetch manifest"):
+        ms.files_from_manifest({"files": []}, "here")
+
+
+def test_space_and_revision_messages():
+    with pytest.raises(ms.StoreError, match=r"needs 2.00 GiB \(\+1.00 GiB kept free\) but 1.50 GiB is free"):
+        ms.check_space("/models", 2 << 30, 3 << 29, 1 << 30)
+    ms.check_space("/models", 1 << 30, 3 << 30, 1 << 30)
+    assert ms.revision_warning("master") and "is a branch" in ms.revision_warning("master")
+    assert ms.revision_warning("v1.0") is None and ms.revision_warning("4ba787ec9") is None

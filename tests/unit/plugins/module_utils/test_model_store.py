@@ -18,8 +18,8 @@ FILES = {"config.json": b'{"a": 1}', "model.safetensors": b"x" * 1000, "sub/toke
 REMOTE = [ms.RemoteFile(p, len(d), sha(d)) for p, d in sorted(FILES.items())]
 
 
-def populate(tmp_path, files=FILES):
-    for path, data in files.items():
+def populate(tmp_path, files=None):
+    for path, data in (files or FILES).items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes(data)
 

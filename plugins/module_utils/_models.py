@@ -422,6 +422,31 @@ def resolve_model(spec: Any, local_configs: Optional[Mapping[str, Any]] = None) 
     raise ModelError(f"model must be a catalog id or a mapping, got {spec!r}")
 
 
+def deployment_models(deployments: Any, default_revision: str = "master") -> List[Dict[str, str]]:
+    """The models a host's deployments need on disk: [{id, revision, dir}], each once. A model given
+    by local path is not fetched (it is already there)."""
+    if not isinstance(deployments, list):
+        raise ModelError(f"llmfleet_deployments must be a list, got {deployments!r}")
+    seen: Dict[str, Dict[str, str]] = {}
+    for d in deployments:
+        spec = d.get("model") if isinstance(d, Mapping) else None
+        if isinstance(spec, str):
+            model_id, revision = spec, default_revision
+        elif isinstance(spec, Mapping) and spec.get("id") and not spec.get("path"):
+            model_id, revision = str(spec["id"]), str(spec.get("revision") or default_revision)
+        elif isinstance(spec, Mapping) and spec.get("path"):
+            continue
+        else:
+            raise ModelError(f"deployment {d!r} has no usable model (a catalog id, or {{id:, revision:}})")
+        if "/" not in model_id:
+            raise ModelError(f"model {model_id!r} is not a hub id of the form owner/name")
+        entry = {"id": model_id, "revision": revision, "dir": model_id.rsplit("/", 1)[-1]}
+        if model_id in seen and seen[model_id]["revision"] != revision:
+            raise ModelError(f"{model_id} is wanted at revisions {seen[model_id]['revision']!r} and {revision!r} on one host")
+        seen[model_id] = entry
+    return [seen[k] for k in sorted(seen)]
+
+
 def gdn_state_bytes_per_sequence(m: ModelProfile, tp: int, dtype_bytes: int, spec_tokens: int = 0) -> int:
     """Gated-DeltaNet conv + recurrent state one sequence holds per GPU (vLLM mamba_utils)."""
     if not m.is_hybrid:

@@ -76,7 +76,12 @@ options:
     type: int
     default: 1073741824
   log_file:
-    description: Where the SDK's progress output goes (the model_store role polls it); by default a file next to O(dest).
+    description: Where the SDK's progress output goes; by default a file next to O(dest).
+    type: path
+  sdk_python:
+    description:
+      - Interpreter that has the modelscope SDK (a venv's python); the download runs in it as a child
+        process. By default the interpreter running the module.
     type: path
 attributes:
   check_mode:
@@ -89,7 +94,7 @@ attributes:
     description: A folder that matches the listing is left alone.
     support: full
 requirements:
-  - the C(modelscope) Python package for O(source=modelscope), importable by the interpreter that runs the module
+  - the C(modelscope) Python package for O(source=modelscope), importable by O(sdk_python)
 """
 
 EXAMPLES = r"""
@@ -255,12 +260,14 @@ def run_sdk(module, params, paths, log_file):
             "workers": params["workers"], "endpoint": params["endpoint"]}
     env = dict(os.environ, MODELSCOPE_ENDPOINT=params["endpoint"].rstrip("/"), MODELSCOPE_DOWNLOAD_INTRA_CLOUD="false")
     with open(log_file, "ab") as log:
-        proc = subprocess.run([sys.executable, "-c", SDK_CALL, json.dumps(args)], stdout=log, stderr=log, env=env, check=False)
+        python = params["sdk_python"] or sys.executable
+        proc = subprocess.run([python, "-c", SDK_CALL, json.dumps(args)], stdout=log, stderr=log, env=env, check=False)
     if proc.returncode != 0:
         with open(log_file, "rb") as handle:
             tail = handle.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
         if tail and "No module named 'modelscope'" in tail[-1]:
-            raise StoreError(f"the modelscope SDK is not importable by {sys.executable}: the model_store role installs it in a venv")
+            raise StoreError(f"the modelscope SDK is not importable by {params['sdk_python'] or sys.executable}: "
+                             "the model_store role installs it in a venv (sdk_python)")
         errors = [line.strip() for line in tail if "Error" in line or line.strip().startswith("- ")]
         raise StoreError(f"the modelscope SDK failed to fetch {params['model_id']}@{params['revision']}: "
                          + " | ".join(errors[-3:] or tail[-2:]) + f" (full log: {log_file}); re-run to resume")
@@ -283,6 +290,7 @@ def main():
             workers=dict(type="int", default=4),
             reserve_bytes=dict(type="int", default=1 << 30),
             log_file=dict(type="path"),
+            sdk_python=dict(type="path"),
         ),
         required_if=[("source", "path", ["source_path"]), ("source", "http", ["url"])],
         supports_check_mode=True,

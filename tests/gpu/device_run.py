@@ -90,6 +90,7 @@ def main() -> int:
     parser.add_argument("--runs", required=True)
     parser.add_argument("--only", default="")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--no-bench", action="store_true", help="memory numbers only (when device time is short)")
     args = parser.parse_args()
     with open(args.runs, encoding="utf-8") as handle:
         runs = json.load(handle)["runs"]
@@ -118,7 +119,7 @@ def main() -> int:
         text = open(log_file, encoding="utf-8", errors="replace").read()
         entry = {"label": run["label"], "model": run["model"], "config": run["config"], "args": run["args"], "ready_s": round(ready, 1),
                  "engine_log": parse_log(text), "planned": run.get("planned", {})}
-        if ready > 0:
+        if ready > 0 and not args.no_bench:
             entry["bench"] = bench(run, model_dir, env, args.out)
         else:
             entry["error"] = "server did not become healthy"

@@ -253,3 +253,24 @@ def test_plan_is_json_and_table_prints():
     assert json.loads(json.dumps(plan)) == plan
     table = summary_table(plan)
     assert table[0] == "dcu-01: 2 instance(s)" and any("24-31,88-95" in line for line in table)
+
+
+def test_deployment_models_lists_each_model_once():
+    deps = [{"name": "a", "model": "Qwen/Qwen3-8B"}, {"name": "b", "model": {"id": "Qwen/Qwen3-8B", "revision": "master"}},
+            {"name": "c", "model": {"id": "Qwen/Qwen3.5-27B-FP8", "revision": "v1.0"}},
+            {"name": "d", "model": {"id": "local/tiny", "path": "/models/tiny"}}]
+    assert models.deployment_models(deps) == [
+        {"id": "Qwen/Qwen3-8B", "revision": "master", "dir": "Qwen3-8B"},
+        {"id": "Qwen/Qwen3.5-27B-FP8", "revision": "v1.0", "dir": "Qwen3.5-27B-FP8"},
+    ]
+
+
+@pytest.mark.parametrize(("deps", "message"), [
+    ([{"name": "a", "model": "Qwen/Qwen3-8B"}, {"name": "b", "model": {"id": "Qwen/Qwen3-8B", "revision": "v2"}}],
+     "wanted at revisions 'master' and 'v2'"),
+    ([{"name": "a", "model": "tiny"}], "not a hub id of the form owner/name"),
+    ("Qwen/Qwen3-8B", "must be a list"),
+])
+def test_deployment_models_errors(deps, message):
+    with pytest.raises(models.ModelError, match=message):
+        models.deployment_models(deps)

@@ -665,25 +665,26 @@ def summary_lines(hw: Mapping[str, Any], host: str = "") -> List[str]:
     for a in accs:
         models.setdefault((a["model"], a["arch"], a["memory_mib"]), []).append(a["index"])
     for (model, arch, mem), idxs in models.items():
-        lines.append(f"{len(idxs)} x {model} ({arch}, {mem / 1024:.0f} GiB) at {_ranges(idxs)}")
+        lines.append(f"{len(idxs)} x {model} ({arch}, {mem / 1024:.0f} GiB) at {compress_cpulist(idxs)}")
     groups = hw.get("groups") or groupings(hw)
     if len(accs) == 1:
         lines.append("one accelerator: no links to place instances by")
     elif groups["all_nvlink"]:
         lines.append("links: NVLink between every pair")
     elif groups["nvlink_islands"]:
-        lines.append("NVLink islands: " + "; ".join(_ranges(g) for g in groups["nvlink_islands"])
-                     + " (fully connected: " + "; ".join(_ranges(g) for g in groups["nvlink_cliques"]) + ")")
+        lines.append("NVLink islands: " + "; ".join(compress_cpulist(g) for g in groups["nvlink_islands"])
+                     + " (fully connected: " + "; ".join(compress_cpulist(g) for g in groups["nvlink_cliques"]) + ")")
     elif hw.get("links"):
-        lines.append("no NVLink: GPUs talk over PCIe" + (" (switch groups " + "; ".join(_ranges(g) for g in groups["pcie_switches"]) + ")"
+        lines.append("no NVLink: GPUs talk over PCIe" + (" (switch groups " + "; ".join(compress_cpulist(g) for g in groups["pcie_switches"]) + ")"
                                                          if groups["pcie_switches"] else ""))
     else:
         lines.append("links unknown (no topology reported)")
-    lines.append("GPUs per NUMA node: " + "; ".join(f"{node}: {_ranges(g)}" for node, g in groups["numa_domains"].items()))
+    lines.append("GPUs per NUMA node: " + "; ".join(f"{node}: {compress_cpulist(g)}" for node, g in groups["numa_domains"].items()))
     return lines
 
 
-def _ranges(indices: Iterable[int]) -> str:
+def compress_cpulist(indices: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (the inverse of expand_cpulist)."""
     values = sorted(indices)
     parts, start = [], None
     for k, v in enumerate(values):

@@ -21,7 +21,7 @@ from ._engine import (
     EngineError, Version, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, parse_version, vstr,
 )
-from ._hardware import HardwareError, expand_cpulist, validate_hardware
+from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
 from ._models import (
     CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_token, kv_heads_per_rank,
     resolve_model,
@@ -809,18 +809,8 @@ def _numa_of(group: List[int], hw: Mapping[str, Any], warnings: List[str], label
     if len(known) > 1:
         warnings.append(f"{label}: GPUs {group} sit on NUMA nodes {known}; its CPU set covers all of them")
         cpus = sorted({c for n in known for c in expand_cpulist(hw["numa_cpus"].get(n, ""))})
-        return None, _cpulist(cpus) if cpus else None
+        return None, compress_cpulist(cpus) if cpus else None
     return None, None
-
-
-def _cpulist(cpus: List[int]) -> str:
-    parts, start = [], None
-    for k, c in enumerate(cpus):
-        start = c if start is None else start
-        if k + 1 == len(cpus) or cpus[k + 1] != c + 1:
-            parts.append(str(start) if start == c else f"{start}-{c}")
-            start = None
-    return ",".join(parts)
 
 
 def _args(model_dir, served, bind, port, tp, dtype, quant, kv_dtype, length, seqs, util, backend, encoder, reasoning, tools,

@@ -380,3 +380,8 @@ def test_groupings_pcie_switch_and_mixed():
     groups = hw.groupings({"accelerators": accs, "links": links})
     assert groups["pcie_switches"] == [[0, 1], [2, 3]]
     assert groups["nvlink_islands"] == [] and groups["numa_domains"] == {"0": [0, 1], "1": [2, 3]}
+
+
+def test_cpulist_round_trip():
+    assert hw.compress_cpulist([8, 0, 1, 2, 5, 7]) == "0-2,5,7-8"
+    assert hw.expand_cpulist(hw.compress_cpulist([3, 4, 10])) == [3, 4, 10]

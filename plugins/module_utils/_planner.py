@@ -646,6 +646,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         else [g[k * tp:(k + 1) * tp] for g in domains for k in range(len(g) // tp)][:instances]
     served = d.get("served_name") or name
     model_dir = _model_dir(m, d["model"], options.get("model_root", "/models"))
+    budget = startup_budget(m.weight_bytes / GIB, eager, vendor, cc, ctx)
     for k, group in enumerate(groups):
         for g in group:
             taken[g] = name
@@ -671,6 +672,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             "expert_parallel": bool(o.get("expert_parallel", False)),
             "dtype": dtype, "quantization": quant, "kv_cache_dtype": kv_dtype, "attention_backend": backend or "default",
             "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": util, "enforce_eager": eager,
+            "startup_budget_s": budget,
             "memory": {
                 "gpu_gib": _gib(mem.total), "weights_gib_per_gpu": _gib(mem.weights), "activation_gib_per_gpu": _gib(mem.activation),
                 "non_torch_gib_per_gpu": _gib(mem.non_torch), "cudagraph_gib_per_gpu": _gib(mem.cudagraph),
@@ -726,6 +728,9 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
     args = _args(model_dir, served, options.get("bind_address", "127.0.0.1"), port, 1, dtype, None, "auto", length, seqs, None,
                  None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu", 0)
     env = {"VLLM_CPU_KVCACHE_SPACE": str(space)}
+    image = o.get("image") or d["engine"].get("image")
+    if image:
+        ctx.why(f"image={image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
     if cpuset:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpuset
     instance = {
@@ -733,14 +738,30 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
         "dtype": dtype, "quantization": quant, "kv_cache_dtype": "auto", "attention_backend": "default",
         "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": None, "enforce_eager": eager,
+        "startup_budget_s": startup_budget(weights / GIB, eager, "cpu", 0, ctx),
         "memory": {"weights_gib": _gib(weights), "kv_cache_gib": float(space), "kv_bytes_per_token": per_token,
                    "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(tokens / length, 2) if length else 0.0},
-        "image": None, "package": package, "model_path": model_dir, "served_model_name": served,
+        "image": image, "package": package, "model_path": model_dir, "served_model_name": served,
         "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
     }
     instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k != "reasons"}, sort_keys=True).encode()).hexdigest()[:16]
     out["instances"].append(instance)
     return out
+
+
+def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: Ctx) -> int:
+    """Seconds the health gate waits for an instance: about twice what the field reports and the lab
+    measured (load at >= 0.5 GiB/s, torch.compile + graph capture, Triton JIT on old GPUs)."""
+    if vendor == "cpu":
+        seconds, why = 180 + 20 * weights_gib, "CPU build, eager: 36-43 s measured for a tiny model on 2 cores (LAB); 20 s per GiB of float32 weights"
+    else:
+        seconds = 240 + 4 * weights_gib + (0 if eager else 240) + (600 if vendor == "nvidia" and cc < 75 else 0)
+        why = ("weights at >= 0.25 GiB/s from disk (report 003: 5-8 min for 122B GPTQ)"
+               + ("" if eager else "; torch.compile and CUDA-graph capture (127 s vs 64 s eager on the H200)")
+               + ("; Triton JIT on Volta (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, KNOWLEDGE 7)" if vendor == "nvidia" and cc < 75 else ""))
+    budget = int(math.ceil(seconds / 60.0) * 60)
+    ctx.why(f"startup_budget_s={budget}", why)
+    return budget
 
 
 def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version) -> str:

@@ -15,6 +15,8 @@ mirror=${LLMFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 work=${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}
 dockerd_log=${LLMFLEET_DOCKERD_LOG:-/var/log/llmfleet-dockerd.log}
 alias_tag=lab
+wheelhouse=${LLMFLEET_WHEELHOUSE:-$here/../../.cache/wheelhouse}
+wheel_server=""
 
 say() { printf '[images] %s\n' "$*"; }
 die() { printf '[images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -87,12 +89,34 @@ build_debootstrap() {
   )
 }
 
+# A Dockerfile with `ARG WHEELHOUSE` installs Python packages from the lab's wheel folder, which is
+# served to the build over the Docker bridge only (never on another interface) while it runs.
+serve_wheelhouse() {
+  "$here/../lab/wheelhouse.sh" "$wheelhouse"
+  local ip port
+  ip=$(ip -4 -o addr show docker0 | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
+  [ -n "$ip" ] || die "no docker0 address to serve the wheel folder on"
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+  python3 -m http.server --bind "$ip" --directory "$wheelhouse" "$port" >/dev/null 2>&1 &
+  wheel_server=$!
+  wheel_url="http://$ip:$port/"
+  for _ in $(seq 1 50); do curl -fsS -o /dev/null "$wheel_url" && return 0; sleep 0.1; done
+  die "the wheel folder server on $wheel_url did not answer"
+}
+
 build_dockerfile() {
-  local name=$1 dir=$2 tag=$3
+  local name=$1 dir=$2 tag=$3 args=()
+  if grep -q '^ARG WHEELHOUSE' "$dir/Dockerfile"; then
+    serve_wheelhouse
+    args=(--build-arg "WHEELHOUSE=$wheel_url")
+    say "$name: installing from the wheel folder $wheelhouse (served at $wheel_url for this build)"
+  fi
   say "$name: docker build (output below)"
-  if ! DOCKER_BUILDKIT=0 docker build -t "$tag" "$dir" 2>&1 | sed -u 's/^/[images]   /'; then
+  if ! DOCKER_BUILDKIT=0 docker build "${args[@]}" -t "$tag" "$dir" 2>&1 | sed -u 's/^/[images]   /'; then
+    [ -n "$wheel_server" ] && kill "$wheel_server" 2>/dev/null
     die "$name: docker build failed (output above)"
   fi
+  if [ -n "$wheel_server" ]; then kill "$wheel_server" 2>/dev/null; wheel_server=""; fi
 }
 
 parent_of() {

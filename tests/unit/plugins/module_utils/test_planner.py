@@ -11,25 +11,12 @@ import yaml
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from llmfleet_testing import inventory, plan_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     PlanError, memory_model, plan_host, summary_table, valid_tp,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
-
-
-def inventory(name: str):
-    """(host, hardware, deployments) as the reference inventory declares them."""
-    host_vars = next((ROOT / "inventories" / name / "host_vars").glob("*.yml"))
-    data = yaml.safe_load(host_vars.read_text())
-    profile = data.get("llmfleet_hardware_profile")
-    hw = data.get("llmfleet_hardware") or (hardware_profile(profile) if profile else None)
-    return host_vars.stem, hw, data["llmfleet_deployments"]
-
-
-def plan_of(name: str, **options):
-    host, hw, deps = inventory(name)
-    return plan_host(host, hw, deps, options)
 
 
 def flag(args, name):

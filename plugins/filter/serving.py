@@ -1,0 +1,58 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Filter vllm_instances: a host's plan in the terms of its runtime (docs in vllm_instances.yml)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
+    ServingError, bind_of, choose_runtime, docker_spec, env_file, instance_env, plan_instances, systemd_unit, unit_name)
+
+DEFAULTS = {"runtime": "auto", "state_dir": "/var/lib/llmfleet/vllm", "venv_root": "/opt/llmfleet/vllm",
+            "patches_dir": "/opt/llmfleet/patches", "env_dir": "/etc/llmfleet/vllm", "user": "llmfleet-vllm",
+            "shm_size": "16g", "ipc_host": False, "restart_policy": "unless-stopped", "entrypoint": ["vllm", "serve"],
+            "hyhal_dir": "/opt/hyhal", "extra_env": {}}
+
+
+def vllm_instances(plan, api_key, settings=None):
+    opts = dict(DEFAULTS)
+    unknown = sorted(set(settings or {}) - set(DEFAULTS))
+    if unknown:
+        raise AnsibleFilterError(f"vllm_instances: unknown settings {unknown}; known: {sorted(DEFAULTS)}")
+    opts.update(settings or {})
+    try:
+        out = []
+        for inst in plan_instances(plan):
+            runtime = choose_runtime(inst, opts["runtime"])
+            name = unit_name(inst)
+            host, port = bind_of(inst)
+            cache_dir = f"{opts['state_dir']}/{inst['name']}"
+            item = {"name": inst["name"], "unit": name, "runtime": runtime, "deployment": inst["deployment"],
+                    "engine_version": inst["engine_version"], "served_model_name": inst.get("served_model_name"),
+                    "url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", "port": port,
+                    "startup_budget_s": int(inst.get("startup_budget_s") or 600), "cache_dir": cache_dir,
+                    "model_path": inst.get("model_path"), "patches": list(inst.get("patches") or []),
+                    "plan_hash": inst.get("plan_hash"), "plan": inst}
+            if runtime == "docker":
+                item["docker"] = docker_spec(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], api_key=api_key,
+                                             shm_size=opts["shm_size"], ipc_host=opts["ipc_host"],
+                                             restart_policy=opts["restart_policy"], entrypoint=opts["entrypoint"],
+                                             hyhal_dir=opts["hyhal_dir"], extra_env=opts["extra_env"])
+            else:
+                venv = f"{opts['venv_root']}/{inst['engine_version']}"
+                env_path = f"{opts['env_dir']}/{inst['name']}.env"
+                env = instance_env(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], extra=opts["extra_env"])
+                env["VLLM_API_KEY"] = api_key
+                item.update({"venv": venv, "package": inst["package"], "env_path": env_path, "env_text": env_file(env),
+                             "unit_text": systemd_unit(inst, python=f"{venv}/bin/python", env_path=env_path, cache_dir=cache_dir,
+                                                       user=opts["user"])})
+            out.append(item)
+        return out
+    except (ServingError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_instances: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"vllm_instances": vllm_instances}

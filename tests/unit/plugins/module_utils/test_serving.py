@@ -154,6 +154,8 @@ def test_stale_names_are_only_this_roles():
     ("RuntimeError: BLOCK_SIZE_K // group_size must be one of [1, 2, 4, 8]", "moe_wna16"),
     ("vllm serve: error: argument --reasoning-parser: invalid choice: 'x'", "does not accept"),
     ("OSError: [Errno 98] Address already in use", "holds the port"),
+    ("KeyError: \"Reasoning parser 'no-such-parser' not found. Available parsers: qwen3\"", "parser this vLLM build"),
+    ("RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: 160 MiB required, 64 MiB free.", "/dev/shm"),
     ("importlib.metadata.PackageNotFoundError: No package metadata was found for vllm", "metadata alias"),
     ("nothing to see", "no known cause"),
 ])

@@ -679,7 +679,9 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
                 "cudagraph_in_budget": cudagraph_memory_counted(version) and not eager,
                 "kv_cache_gib_per_gpu": _gib(mem.kv), "kv_bytes_per_token_per_gpu": mem.kv_per_token,
                 "linear_state_bytes_per_sequence_per_gpu": mem.state_per_seq, "block_size": mem.block_size,
-                "kv_cache_tokens": mem.tokens, "max_concurrency_at_max_len": round(mem.concurrency(length), 2),
+                # vLLM's own "KV cache size: N tokens" is max concurrency x max_model_len (group-aware for hybrid
+                # models, kv_cache_utils.get_kv_cache_capacity); for dense models it equals blocks x block size
+                "kv_cache_tokens": int(mem.concurrency(length) * length), "max_concurrency_at_max_len": round(mem.concurrency(length), 2),
             },
             "image": image, "package": package, "model_path": model_dir, "served_model_name": served,
             "args": args, "env": env, "patches": patches, "reasons": ctx.reasons,

@@ -18,7 +18,7 @@ PLANNED_RUNS = [r for r in MEASURED["runs"] if RUNS[r["label"]]["config"] == "pl
 
 
 def test_fixture_holds_planner_runs():
-    assert [r["label"] for r in PLANNED_RUNS] == ["dense-plan", "moe-plan"]
+    assert [r["label"] for r in PLANNED_RUNS] == ["dense-plan", "hybrid-plan", "moe-plan"]
 
 
 @pytest.mark.parametrize("run", PLANNED_RUNS, ids=lambda r: r["label"])

@@ -123,16 +123,12 @@ causes:
 import datetime
 import json
 import time
+from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import diagnose
-
-try:
-    from urllib.error import HTTPError, URLError
-except ImportError:  # pragma: no cover - Python 2 is not supported
-    HTTPError = URLError = Exception
 
 
 def _monotonic_now():

@@ -15,4 +15,5 @@ echo "[wheelhouse] downloading the wheels of $(grep -v '^#' "$req" | xargs) into
 python3 -m pip download --disable-pip-version-check --progress-bar off --only-binary=:all: -d "$dir" -r "$req" 2>&1 \
   | sed -un "s/^\(Collecting [^ ]*\).*/[wheelhouse]   \1/p"
 touch "$stamp"
-echo "[wheelhouse] ready in $((SECONDS - t0)) s: $(ls "$dir" | grep -c '\.whl$') wheels, $(du -sh "$dir" | cut -f1)"
+wheels=("$dir"/*.whl)
+echo "[wheelhouse] ready in $((SECONDS - t0)) s: ${#wheels[@]} wheels, $(du -sh "$dir" | cut -f1)"

@@ -29,7 +29,7 @@ def curl(host, port, path, body=None, key=None, stream=False):
     if body is not None:
         cmd += f" -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}"
     out = host.check_output(cmd + (" -N" if stream else ""))
-    text, _, code = out.rpartition("\n")
+    text, _sep, code = out.rpartition("\n")
     return int(code), text
 
 

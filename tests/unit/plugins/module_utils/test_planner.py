@@ -7,7 +7,6 @@ import json
 import pathlib
 
 import pytest
-import yaml
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
-    ServingError, bind_of, choose_runtime, docker_spec, env_file, instance_env, plan_instances, systemd_unit, unit_name)
+    NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, env_file, instance_env, plan_instances, stale_names, systemd_unit,
+    unit_name)
 
 DEFAULTS = {"runtime": "auto", "state_dir": "/var/lib/llmfleet/vllm", "venv_root": "/opt/llmfleet/vllm",
             "patches_dir": "/opt/llmfleet/patches", "env_dir": "/etc/llmfleet/vllm", "user": "llmfleet-vllm",
@@ -53,6 +54,12 @@ def vllm_instances(plan, api_key, settings=None):
         raise AnsibleFilterError(f"vllm_instances: {exc}") from exc
 
 
+def vllm_stale(present, instances):
+    """This role's containers/units (by name) that the plan's instances no longer include, each with its instance name."""
+    names = [str(n).lstrip("/").rsplit(".service", 1)[0] for n in present or []]
+    return [{"unit": n, "instance": n[len(NAME_PREFIX):]} for n in stale_names(names, instances)]
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_instances": vllm_instances}
+        return {"vllm_instances": vllm_instances, "vllm_stale": vllm_stale}

@@ -195,3 +195,10 @@ def test_startup_budget_grows_with_weights_compile_and_volta():
     assert compiled == eager + 240
     v100 = plan_of("v100")["deployments"][0]["instances"][0]
     assert v100["startup_budget_s"] >= 840 and any(r["decision"].startswith("startup_budget_s=") for r in v100["reasons"])
+
+
+def test_stale_filter_takes_container_and_unit_names():
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_stale
+    present = ["/llmfleet-vllm-a-0", "/llmfleet-vllm-old-0", "llmfleet-vllm-gone-1.service", "llmfleet-vllm-a-0.service"]
+    assert vllm_stale(present, [{"name": "a-0"}]) == [{"unit": "llmfleet-vllm-gone-1", "instance": "gone-1"},
+                                                    {"unit": "llmfleet-vllm-old-0", "instance": "old-0"}]

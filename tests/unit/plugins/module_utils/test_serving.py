@@ -200,5 +200,5 @@ def test_startup_budget_grows_with_weights_compile_and_volta():
 def test_stale_filter_takes_container_and_unit_names():
     from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_stale
     present = ["/llmfleet-vllm-a-0", "/llmfleet-vllm-old-0", "llmfleet-vllm-gone-1.service", "llmfleet-vllm-a-0.service"]
-    assert vllm_stale(present, [{"name": "a-0"}]) == [{"unit": "llmfleet-vllm-gone-1", "instance": "gone-1"},
-                                                    {"unit": "llmfleet-vllm-old-0", "instance": "old-0"}]
+    assert vllm_stale(present, [{"name": "a-0"}]) == [
+        {"unit": "llmfleet-vllm-gone-1", "instance": "gone-1"}, {"unit": "llmfleet-vllm-old-0", "instance": "old-0"}]

@@ -59,3 +59,14 @@ def plan_of(name: str, **options):
 
     host, hw, deps = inventory(name)
     return plan_host(host, hw, deps, options)
+
+
+def stand_in_script(tool: str, outputs: Dict[str, str], failures: Optional[Dict[str, tuple]] = None) -> str:
+    """A POSIX shell script standing in for a vendor tool (nvidia-smi, hy-smi): for the exact argument
+    string it cats outputs[args] (a path where the captured real output lies at run time), or exits
+    like the real tool with failures[args] = (exit code, message); anything else exits 64."""
+    import shlex
+    cases = [f"  {shlex.quote(args)}) cat {shlex.quote(path)} ;;" for args, path in outputs.items()]
+    cases += [f"  {shlex.quote(args)}) echo {shlex.quote(message)}; exit {code} ;;" for args, (code, message) in (failures or {}).items()]
+    return (f"#!/bin/sh\n# Stand-in for the vendor tool {tool} (llmfleet.serving tests): prints captured real output.\n"
+            "case \"$*\" in\n" + "\n".join(cases) + "\n  *) echo \"stand-in $0: unexpected arguments: $*\" >&2; exit 64 ;;\nesac\n")

@@ -57,17 +57,35 @@ def wait_health(port: int, proc: subprocess.Popen, budget: float) -> float:
     return -1.0
 
 
+def bench_cmd(run: dict, model_dir: str, conc: int, prompts: int, out_dir: str, name: str) -> list:
+    spec = run["bench"]
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
+            "--base-url", f"http://127.0.0.1:{run['port']}", "--model", run["served"], "--tokenizer", model_dir,
+            "--dataset-name", "random", "--random-input-len", str(spec["input"]), "--random-output-len", str(spec["output"]),
+            "--num-prompts", str(prompts), "--max-concurrency", str(conc),
+            "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+            "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", "0"]
+
+
+def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
+    """The sweep's largest batch once, unrecorded: JIT/autotune of kernels for new shapes (Triton MoE,
+    GDN) happens here instead of inside the first measured run. Returns its wall time."""
+    conc = max(run["bench"]["concurrency"])
+    started = time.monotonic()
+    name = f"{run['label']}-warmup.json"
+    subprocess.run(bench_cmd(run, model_dir, conc, conc, out_dir, name), env=env, capture_output=True, text=True,
+                   timeout=run["bench"].get("timeout", 240), check=False)
+    if os.path.exists(os.path.join(out_dir, name)):
+        os.remove(os.path.join(out_dir, name))
+    return round(time.monotonic() - started, 1)
+
+
 def bench(run: dict, model_dir: str, env: dict, out_dir: str) -> list:
     results = []
     spec = run["bench"]
     for conc in spec["concurrency"]:
         name = f"{run['label']}-c{conc}.json"
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
-               "--base-url", f"http://127.0.0.1:{run['port']}", "--model", run["served"], "--tokenizer", model_dir,
-               "--dataset-name", "random", "--random-input-len", str(spec["input"]), "--random-output-len", str(spec["output"]),
-               "--num-prompts", str(spec["prompts"] if conc > 1 else 10), "--max-concurrency", str(conc),
-               "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
-               "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", "0"]
+        cmd = bench_cmd(run, model_dir, conc, spec["prompts"] if conc > 1 else 10, out_dir, name)
         started = time.monotonic()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=spec.get("timeout", 240), check=False)
         path = os.path.join(out_dir, name)
@@ -120,6 +138,7 @@ def main() -> int:
         entry = {"label": run["label"], "model": run["model"], "config": run["config"], "args": run["args"], "ready_s": round(ready, 1),
                  "engine_log": parse_log(text), "planned": run.get("planned", {})}
         if ready > 0 and not args.no_bench:
+            entry["warmup_s"] = warm_up(run, model_dir, env, args.out)
             entry["bench"] = bench(run, model_dir, env, args.out)
         else:
             entry["error"] = "server did not become healthy"

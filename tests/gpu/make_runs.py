@@ -21,6 +21,11 @@ ENGINE = "0.26.0"
 MAX_LEN = 8192
 BENCH = {"input": 512, "output": 128, "prompts": 100, "concurrency": [1, 32], "timeout": 240}
 MODELS = [("dense", "Qwen/Qwen3-8B"), ("hybrid", "Qwen/Qwen3.5-27B"), ("moe", "Qwen/Qwen3-30B-A3B")]
+# The carry leaves FlashInfer out (its kernels JIT-compile with nvcc, or come as a >1 GB cache), and on
+# Hopper vLLM 0.26 picks FlashInfer's Gated DeltaNet prefill for Qwen3.5 unless told otherwise: every
+# hybrid configuration gets the Triton GDN kernel instead, the same for all three, so they compare.
+# (The official images ship FlashInfer; the planner does not emit this.)
+CARRY_ARGS = {"hybrid": ["--additional-config", '{"gdn_prefill_backend": "triton"}']}
 
 
 def main() -> int:
@@ -34,12 +39,28 @@ def main() -> int:
         assert not plan["errors"], plan["errors"]
         [inst] = plan["deployments"][0]["instances"]
         base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"], "bench": BENCH}
-        common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(inst["port"]), "--max-model-len", str(MAX_LEN)]
-        runs.append({**base, "label": f"{kind}-plan", "config": "planner", "args": inst["args"][1:], "env": {},
+        extra = CARRY_ARGS.get(kind, [])
+        common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(inst["port"]), "--max-model-len", str(MAX_LEN)] + extra
+        runs.append({**base, "label": f"{kind}-plan", "config": "planner", "args": inst["args"][1:] + extra, "env": {},
                      "deployment": dep, "planned": inst["memory"], "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-hand", "config": "hand flags (reports 001/002: eager, 5 seqs, 0.85)",
                      "args": common + ["--enforce-eager", "--max-num-seqs", "5", "--gpu-memory-utilization", "0.85"], "env": {},
                      "startup_budget": 300})
+        if kind == "moe":  # diagnostic: the plan with vLLM's CUDA-graph range (capture size = 2 x max-num-seqs, at most 512)
+            seqs = inst["args"].index("--max-num-seqs")
+            runs.append({**base, "label": "moe-plan-seqs256", "config": "planner, --max-num-seqs 256 (diagnostic)",
+                         "args": inst["args"][1:seqs + 1] + ["256"] + inst["args"][seqs + 2:] + extra, "env": {}, "startup_budget": 420})
+        if kind == "moe":  # diagnostic: the plan without the chat-only flags (parsers, chat template kwargs)
+            chat_only = {"--reasoning-parser": 1, "--enable-auto-tool-choice": 0, "--tool-call-parser": 1, "--default-chat-template-kwargs": 1}
+            args, i = [], 0
+            while i < len(inst["args"]):
+                if inst["args"][i] in chat_only:
+                    i += 1 + chat_only[inst["args"][i]]
+                    continue
+                args.append(inst["args"][i])
+                i += 1
+            runs.append({**base, "label": "moe-plan-noparsers", "config": "planner without parser flags (diagnostic)",
+                         "args": args[1:] + extra, "env": {}, "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
     out = ROOT / "tests" / "gpu" / "runs.json"
     out.write_text(json.dumps({"engine": ENGINE, "gpu": "h200x1", "runs": runs}, indent=1) + "\n")

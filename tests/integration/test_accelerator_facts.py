@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shlex
 
 import pytest
-from llmfleet_testing import ROOT, run_ansible
+from llmfleet_testing import ROOT, run_ansible, stand_in_script
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist
 
@@ -33,15 +32,12 @@ def stand_in(bin_dir: pathlib.Path, tool: str, outputs: dict, failures: dict | N
     real tool would for failures[args] = (exit code, message)."""
     data = bin_dir / f"{tool}.d"
     data.mkdir(exist_ok=True)
-    cases = []
+    paths = {}
     for i, (args, text) in enumerate(outputs.items()):
         (data / str(i)).write_text(text)
-        cases.append(f"  {shlex.quote(args)}) cat {shlex.quote(str(data / str(i)))} ;;")
-    for args, (code, message) in (failures or {}).items():
-        cases.append(f"  {shlex.quote(args)}) echo {shlex.quote(message)}; exit {code} ;;")
+        paths[args] = str(data / str(i))
     script = bin_dir / tool
-    script.write_text("#!/bin/sh\n# Stand-in for the vendor tool: prints captured real output.\ncase \"$*\" in\n"
-                      + "\n".join(cases) + "\n  *) echo \"stand-in $0: unexpected arguments: $*\" >&2; exit 64 ;;\nesac\n")
+    script.write_text(stand_in_script(tool, paths, failures))
     script.chmod(0o755)
 
 

@@ -1,0 +1,91 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Host preparation filters (container_runtime, nvidia_toolkit, dcu_runtime): thin wrappers over
+module_utils/_host_runtime.py; docs in the sidecar .yml files."""
+
+from __future__ import annotations
+
+import json
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _host_runtime as core
+
+
+def _wrap(name, func, *args, **kwargs):
+    try:
+        return func(*args, **kwargs)
+    except (core.HostRuntimeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"{name}: {exc}") from exc
+
+
+def docker_daemon_config(current, options=None, contributions=None):
+    """The merged daemon.json document; `current` is the file's text ('' or None when absent) or a map."""
+    if isinstance(current, str):
+        text = current.strip()
+        try:
+            current = json.loads(text) if text else None
+        except ValueError as exc:
+            raise AnsibleFilterError(f"docker_daemon_config: the current /etc/docker/daemon.json is not valid JSON ({exc}); "
+                                     "fix or remove it, then re-run") from exc
+    return _wrap("docker_daemon_config", core.daemon_config, current, options or {}, contributions or {})
+
+
+def nvidia_driver_verdict(driver_version, images=None, min_version=""):
+    """ok / required / reasons / message for a driver version against the images (or a host plan)."""
+    if isinstance(images, dict):
+        images = core.plan_images(images)
+    return _wrap("nvidia_driver_verdict", core.driver_verdict, driver_version or None, images or [], str(min_version or ""))
+
+
+def host_os_problem(distribution, version, role):
+    return core.os_problem(str(distribution or ""), str(version or ""), role)
+
+
+def apt_source_line(url, keyring, suite, components=None, arch=""):
+    return _wrap("apt_source_line", core.apt_source, url, keyring, suite, components or [], arch)
+
+
+def pinned_packages(packages, version=""):
+    return core.pinned(packages, str(version or ""))
+
+
+def nvidia_driver_packages(distribution, branch):
+    return _wrap("nvidia_driver_packages", core.driver_packages, distribution, str(branch))
+
+
+def cuda_repo_path(distribution, version):
+    return core.cuda_repo_path(distribution, str(version))
+
+
+def apt_codename(distribution, version, release=""):
+    return _wrap("apt_codename", core.codename, distribution, str(version), release or "")
+
+
+def nvidia_runtime_config(path="nvidia-container-runtime", default=False):
+    return core.nvidia_runtime(path, bool(default))
+
+
+def dcu_missing(present):
+    return _wrap("dcu_missing", core.dcu_missing, present)
+
+
+def accelerator_vendors(hardware):
+    return core.vendors_of(hardware)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "docker_daemon_config": docker_daemon_config,
+            "nvidia_driver_verdict": nvidia_driver_verdict,
+            "host_os_problem": host_os_problem,
+            "apt_source_line": apt_source_line,
+            "pinned_packages": pinned_packages,
+            "nvidia_driver_packages": nvidia_driver_packages,
+            "cuda_repo_path": cuda_repo_path,
+            "apt_codename": apt_codename,
+            "nvidia_runtime_config": nvidia_runtime_config,
+            "dcu_missing": dcu_missing,
+            "accelerator_vendors": accelerator_vendors,
+        }

@@ -1,0 +1,295 @@
+"""Host preparation decisions, pure: which OS the roles support, the merged Docker daemon.json, the
+NVIDIA driver level the planned images need, the packages and apt sources to install, and what is
+missing on a Hygon DCU host (with what to install and from where).
+
+No I/O here: the roles read files and facts, these functions decide and explain.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+# Distributions the roles install on (apt-based; the package names and repository layouts below
+# exist for these). Everything else fails before any change, saying so.
+SUPPORTED_OS: Dict[str, Tuple[str, ...]] = {
+    "Debian": ("11", "12", "13"),
+    "Ubuntu": ("20.04", "22.04", "24.04"),
+}
+CODENAMES = {("Debian", "11"): "bullseye", ("Debian", "12"): "bookworm", ("Debian", "13"): "trixie",
+             ("Ubuntu", "20.04"): "focal", ("Ubuntu", "22.04"): "jammy", ("Ubuntu", "24.04"): "noble"}
+
+# CUDA level each driver branch supports (NVIDIA CUDA Toolkit release notes, table 3, "Toolkit
+# Driver Version" for Linux x86_64; the GA release of each minor version).
+DRIVER_CUDA: Tuple[Tuple[Tuple[int, ...], str], ...] = (
+    ((580, 65, 6), "13.0"),
+    ((575, 51, 3), "12.9"),
+    ((570, 26), "12.8"),
+    ((560, 28, 3), "12.6"),
+    ((555, 42, 2), "12.5"),
+    ((550, 54, 14), "12.4"),
+    ((545, 23, 6), "12.3"),
+    ((535, 54, 3), "12.2"),
+    ((530, 30, 2), "12.1"),
+    ((525, 60, 13), "12.0"),
+    ((520, 61, 5), "11.8"),
+)
+
+# CUDA level of the official vllm/vllm-openai images by engine version: CUDA 13.0 from 0.20
+# (PR #39878; the -cu129 variant stays 12.9), 12.9 from 0.12, 12.8 from 0.9, 12.4 from 0.7.
+OFFICIAL_IMAGE_CUDA: Tuple[Tuple[Tuple[int, ...], str], ...] = (
+    ((0, 20, 0), "13.0"),
+    ((0, 12, 0), "12.9"),
+    ((0, 9, 0), "12.8"),
+    ((0, 7, 0), "12.4"),
+    ((0, 0, 0), "12.1"),
+)
+
+NVIDIA_TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                           "libnvidia-container-tools", "libnvidia-container1")
+
+
+class HostRuntimeError(ValueError):
+    """A value the roles cannot act on; the message names it and says what would work."""
+
+
+def version_tuple(text: str) -> Tuple[int, ...]:
+    parts = re.findall(r"\d+", str(text))
+    if not parts:
+        raise HostRuntimeError(f"{text!r} is not a version number")
+    return tuple(int(p) for p in parts)
+
+
+def cuda_tuple(level: str) -> Tuple[int, ...]:
+    return version_tuple(level)[:2]
+
+
+def os_problem(distribution: str, version: str, role: str) -> Optional[str]:
+    """None when (distribution, major version) is supported, else the sentence to fail with."""
+    supported = SUPPORTED_OS.get(distribution)
+    major = str(version).strip()
+    if supported and distribution == "Debian":
+        major = major.split(".")[0]
+    if supported and major in supported:
+        return None
+    known = "; ".join(f"{name} {', '.join(vers)}" for name, vers in SUPPORTED_OS.items())
+    return (f"{role}: {distribution or 'an unknown OS'} {version or ''}".rstrip() +
+            f" is not supported (supported: {known}). Install the pieces this role manages by hand, "
+            "or run it on a supported release; nothing was changed.")
+
+
+def codename(distribution: str, version: str, release: str = "") -> str:
+    """apt suite name; the gathered ansible_distribution_release wins when present."""
+    if release:
+        return release
+    key = (distribution, str(version).split(".")[0] if distribution == "Debian" else str(version))
+    if key not in CODENAMES:
+        raise HostRuntimeError(f"no apt suite known for {distribution} {version}")
+    return CODENAMES[key]
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
+    """Maps merge key by key; any other value in `over` replaces; a None in `over` removes the key."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def daemon_config(current: Optional[Mapping[str, Any]], options: Mapping[str, Any],
+                  contributions: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The daemon.json to write: what is there now (keys nobody here manages are kept), the
+    operator's options over it, then each vendor role's contribution (sorted by name, so the order
+    roles ran in does not matter). A contribution may not change a key the operator set."""
+    if current is not None and not isinstance(current, Mapping):
+        raise HostRuntimeError("the current /etc/docker/daemon.json is not a JSON object; fix or remove it")
+    doc = deep_merge(current or {}, options)
+    for name in sorted(contributions):
+        part = contributions[name]
+        if not isinstance(part, Mapping):
+            raise HostRuntimeError(f"daemon.json contribution {name!r} must be a map, got {type(part).__name__}")
+        for key, value in part.items():
+            if key in options and not isinstance(value, Mapping) and options[key] != value:
+                raise HostRuntimeError(f"daemon.json: {name} wants {key}={value!r} but the inventory sets "
+                                       f"{key}={options[key]!r}; remove one of them")
+        doc = deep_merge(doc, part)
+    return doc
+
+
+def nvidia_runtime(path: str = "nvidia-container-runtime", default: bool = False) -> Dict[str, Any]:
+    """What `nvidia-ctk runtime configure --runtime=docker [--set-as-default]` writes into daemon.json."""
+    part: Dict[str, Any] = {"runtimes": {"nvidia": {"path": path, "args": []}}}
+    if default:
+        part["default-runtime"] = "nvidia"
+    return part
+
+
+def driver_cuda(driver_version: str) -> Optional[str]:
+    """The newest CUDA level a driver supports, or None when it is older than every known branch."""
+    have = version_tuple(driver_version)
+    for floor, level in DRIVER_CUDA:
+        if have >= floor:
+            return level
+    return None
+
+
+def min_driver(level: str) -> str:
+    """The oldest driver that supports a CUDA level."""
+    want = cuda_tuple(level)
+    candidates = [floor for floor, lvl in DRIVER_CUDA if cuda_tuple(lvl) >= want]
+    if not candidates:
+        raise HostRuntimeError(f"CUDA {level} is newer than every driver branch known here; "
+                               "set nvidia_toolkit_driver_min_version")
+    return ".".join(str(p) for p in min(candidates))
+
+
+def image_cuda(image: str) -> Optional[Tuple[str, str]]:
+    """(CUDA level, why) for a vLLM image, or None when the image does not say."""
+    repo, _, tag = str(image).rpartition(":")
+    match = re.search(r"(?:^|[-_.])cu(\d{2})(\d)(?:$|[-_.])", tag)
+    if match:
+        level = f"{int(match.group(1))}.{match.group(2)}"
+        return level, f"{image} names CUDA {level} in its tag"
+    vmatch = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", tag)
+    if repo.endswith("vllm/vllm-openai") and vmatch:
+        version = tuple(int(p) for p in vmatch.groups())
+        for floor, level in OFFICIAL_IMAGE_CUDA:
+            if version >= floor:
+                return level, f"the official vLLM {tag.lstrip('v')} image is built with CUDA {level}"
+    return None
+
+
+def plan_images(plan: Optional[Mapping[str, Any]]) -> List[str]:
+    """Distinct container images of a host plan, in plan order."""
+    seen: List[str] = []
+    for deployment in (plan or {}).get("deployments", []):
+        for instance in deployment.get("instances", []):
+            image = instance.get("image")
+            if image and image not in seen:
+                seen.append(image)
+    return seen
+
+
+def driver_verdict(driver_version: Optional[str], images: Iterable[str], min_version: str = "") -> Dict[str, Any]:
+    """Whether the host's NVIDIA driver can run the images. `min_version` (inventory) replaces the
+    level derived from the images. Returns ok, required (driver version or None), reasons, message."""
+    images = list(images)
+    reasons: List[str] = []
+    required: Optional[str] = None
+    if min_version:
+        required = str(min_version)
+        reasons.append(f"nvidia_toolkit_driver_min_version={required} (inventory)")
+    else:
+        levels = []
+        for image in images:
+            found = image_cuda(image)
+            if found:
+                levels.append(found[0])
+                reasons.append(found[1])
+            else:
+                reasons.append(f"{image}: its CUDA level is not known here, not checked")
+        if levels:
+            level = max(levels, key=cuda_tuple)
+            # CUDA minor version compatibility: a 12.x build runs on any 12.x driver (>= 525.60.13), a
+            # 13.x build on any 13.x driver (>= 580.65.06); only PTX JIT of newer kernels is missing.
+            major = f"{cuda_tuple(level)[0]}.0"
+            required = min_driver(major)
+            reasons.append(f"CUDA {level} needs driver >= {required} (any CUDA {major.split('.')[0]}.x driver, through "
+                           "minor version compatibility)")
+    if not driver_version:
+        return {"ok": False, "required": required, "reasons": reasons, "driver_cuda": None,
+                "message": "no NVIDIA driver found: nvidia-smi is missing or cannot talk to the driver. Install the "
+                           f"driver{' >= ' + required if required else ''} (set nvidia_toolkit_driver_install: true to "
+                           "install the pinned branch from the CUDA repository), reboot, and check that `nvidia-smi` "
+                           "lists the GPUs."}
+    have_cuda = driver_cuda(driver_version)
+    if required and version_tuple(driver_version) < version_tuple(required):
+        return {"ok": False, "required": required, "reasons": reasons, "driver_cuda": have_cuda,
+                "message": f"NVIDIA driver {driver_version} (CUDA {have_cuda or 'unknown'}) is too old: "
+                           f"{'; '.join(reasons)}. Upgrade the driver to >= {required} (nvidia_toolkit_driver_branch, "
+                           "nvidia_toolkit_driver_install: true), or pin an image built for an older CUDA "
+                           "(engine.image, e.g. a -cu129 tag)."}
+    if levels_note := _minor_compat_note(have_cuda, reasons):
+        reasons.append(levels_note)
+    return {"ok": True, "required": required, "reasons": reasons, "driver_cuda": have_cuda,
+            "message": f"NVIDIA driver {driver_version} (CUDA {have_cuda or 'unknown'})"
+                       + (f" satisfies >= {required}" if required else "; no planned image to check against")}
+
+
+def _minor_compat_note(have_cuda: Optional[str], reasons: List[str]) -> Optional[str]:
+    """A note when the driver's own CUDA level is below an image's (same major): it runs, with limits."""
+    newer = [r for r in reasons if (m := re.search(r"CUDA (\d+\.\d+) in its tag|built with CUDA (\d+\.\d+)", r))
+             and have_cuda and cuda_tuple(m.group(1) or m.group(2)) > cuda_tuple(have_cuda)]
+    if not newer:
+        return None
+    return (f"the driver's own level is CUDA {have_cuda}: newer images run through minor version compatibility "
+            "(kernels shipped as PTX only cannot be JIT-compiled); a driver of the image's level avoids that")
+
+
+def pinned(packages: Iterable[str], version: str) -> List[str]:
+    """apt package specs pinned to one version ("" leaves them unpinned)."""
+    return [f"{name}={version}" if version else name for name in packages]
+
+
+def apt_source(url: str, keyring: str, suite: str, components: Iterable[str] = (), arch: str = "") -> str:
+    """One-line apt source with signed-by; a flat repository has suite "/" and no components."""
+    if not re.match(r"^(https?|file)://", url):
+        raise HostRuntimeError(f"repository URL {url!r} must start with http://, https:// or file://")
+    options = ([f"arch={arch}"] if arch else []) + [f"signed-by={keyring}"]
+    comps = list(components)
+    if suite.endswith("/") and comps:
+        raise HostRuntimeError(f"a flat repository (suite {suite!r}) has no components, got {comps}")
+    return " ".join(["deb", f"[{' '.join(options)}]", url, suite] + comps)
+
+
+def driver_packages(distribution: str, branch: str) -> List[str]:
+    """Driver packages of one branch: Ubuntu's server (headless) packages, or the CUDA repository's
+    cuda-drivers-<branch> meta package on Debian."""
+    if not re.fullmatch(r"\d{3}", str(branch)):
+        raise HostRuntimeError(f"nvidia_toolkit_driver_branch={branch!r}: a driver branch is three digits, e.g. '580'")
+    if distribution == "Ubuntu":
+        return [f"nvidia-headless-{branch}-server", f"nvidia-utils-{branch}-server"]
+    return [f"cuda-drivers-{branch}"]
+
+
+def cuda_repo_path(distribution: str, version: str) -> str:
+    """The CUDA repository's folder for a distribution (debian12, ubuntu2404 ...)."""
+    if distribution == "Ubuntu":
+        return "ubuntu" + str(version).replace(".", "")
+    return "debian" + str(version).split(".")[0]
+
+
+# Hygon DCU pieces, in the order a missing one should be reported, with what provides each.
+DCU_PIECES: Tuple[Tuple[str, str, str], ...] = (
+    ("hyhal", "/opt/hyhal/bin/hy-smi",
+     "the DCU driver and management layer (hyhal): install the driver package for your card from Hygon's developer "
+     "site (or set dcu_runtime_hyhal_archive_url to a local tarball), then check `/opt/hyhal/bin/hy-smi`"),
+    ("dtk", "/opt/dtk/env.sh",
+     "the DCU Toolkit (DTK): unpack the DTK tarball to /opt (set dcu_runtime_dtk_archive_url to a local copy) so that "
+     "/opt/dtk/env.sh exists"),
+    ("kfd", "/dev/kfd", "the kernel driver's compute node /dev/kfd: load the hycu/hydcu kernel module (modprobe) or "
+     "reinstall the driver, and reboot"),
+    ("dri", "/dev/dri/renderD*", "render nodes under /dev/dri: the kernel driver is not loaded; reinstall the driver "
+     "and reboot"),
+    ("mkfd", "/dev/mkfd", "/dev/mkfd, which DCU containers need (field report 003): it comes with the DCU driver "
+     "package; reinstall the driver for this kernel and reboot"),
+)
+
+
+def dcu_missing(present: Mapping[str, bool]) -> List[str]:
+    """Sentences for every missing DCU piece (`present` maps piece name to found)."""
+    unknown = set(present) - {name for name, _, _ in DCU_PIECES}
+    if unknown:
+        raise HostRuntimeError(f"unknown DCU pieces {sorted(unknown)}")
+    return [f"{path} is missing - {how}" for name, path, how in DCU_PIECES if not present.get(name, False)]
+
+
+def vendors_of(hardware: Optional[Mapping[str, Any]]) -> List[str]:
+    """Accelerator vendors of a host (sorted, distinct); [] on a CPU-only host."""
+    return sorted({str(a.get("vendor")) for a in (hardware or {}).get("accelerators", []) if a.get("vendor")})

@@ -1,0 +1,180 @@
+"""Host preparation decisions: OS support, the merged daemon.json, driver vs image CUDA level, apt
+sources, DCU pieces - and the reference inventories' plans through the driver check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ansible_collections.llmfleet.serving.plugins.filter import host_runtime as filters
+from ansible_collections.llmfleet.serving.plugins.module_utils import _host_runtime as hr
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+
+from llmfleet_testing import plan_of
+
+
+@pytest.mark.parametrize("dist,version", [("Debian", "12"), ("Debian", "12.8"), ("Debian", "11.11"), ("Ubuntu", "22.04"), ("Ubuntu", "24.04")])
+def test_supported_os(dist, version):
+    assert hr.os_problem(dist, version, "container_runtime") is None
+
+
+@pytest.mark.parametrize("dist,version", [("CentOS", "7"), ("Ubuntu", "18.04"), ("Debian", "10"), ("Ubuntu", "23.10"), ("", "")])
+def test_unsupported_os_says_what_is(dist, version):
+    msg = hr.os_problem(dist, version, "nvidia_toolkit")
+    assert msg.startswith(f"nvidia_toolkit: {dist or 'an unknown OS'}")
+    assert "supported: Debian 11, 12, 13; Ubuntu 20.04, 22.04, 24.04" in msg
+    assert "nothing was changed" in msg
+
+
+def test_daemon_merge_keeps_foreign_keys_and_merges_maps():
+    current = {"labels": ["rack=a1"], "log-opts": {"labels": "rack", "max-size": "10m"}, "runtimes": {"custom": {"path": "crun"}}}
+    options = {"log-driver": "json-file", "log-opts": {"max-size": "100m", "max-file": "3"}, "registry-mirrors": ["https://m.example"]}
+    contrib = {"nvidia_toolkit": hr.nvidia_runtime()}
+    doc = hr.daemon_config(current, options, contrib)
+    assert doc == {"labels": ["rack=a1"], "log-driver": "json-file",
+                   "log-opts": {"labels": "rack", "max-size": "100m", "max-file": "3"},
+                   "registry-mirrors": ["https://m.example"],
+                   "runtimes": {"custom": {"path": "crun"}, "nvidia": {"path": "nvidia-container-runtime", "args": []}}}
+    assert current["log-opts"]["max-size"] == "10m"  # input not mutated
+
+
+def test_daemon_merge_null_removes_and_lists_replace():
+    doc = hr.daemon_config({"registry-mirrors": ["https://old"], "debug": True}, {"registry-mirrors": ["https://new"], "debug": None}, {})
+    assert doc == {"registry-mirrors": ["https://new"]}
+
+
+def test_daemon_merge_refuses_a_conflict_between_inventory_and_vendor():
+    with pytest.raises(hr.HostRuntimeError, match="nvidia_toolkit wants default-runtime='nvidia' but the inventory sets default-runtime='runc'"):
+        hr.daemon_config({}, {"default-runtime": "runc"}, {"nvidia_toolkit": hr.nvidia_runtime(default=True)})
+
+
+def test_daemon_merge_is_idempotent_and_order_free():
+    contrib = {"b": {"runtimes": {"x": {"path": "x"}}}, "a": {"runtimes": {"y": {"path": "y"}}}}
+    once = hr.daemon_config({}, {"log-driver": "json-file"}, contrib)
+    assert hr.daemon_config(once, {"log-driver": "json-file"}, dict(reversed(list(contrib.items())))) == once
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.integers(), st.text(max_size=5),
+                                                               st.dictionaries(st.text(min_size=1, max_size=3), st.integers(), max_size=3)),
+                       max_size=5),
+       st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.integers(), st.text(max_size=5)), max_size=5))
+def test_daemon_merge_properties(current, options):
+    doc = hr.daemon_config(current, options, {})
+    for key, value in options.items():
+        assert doc[key] == value           # the inventory wins
+    for key in set(current) - set(options):
+        assert doc[key] == current[key]    # what nobody here manages is kept
+    assert hr.daemon_config(doc, options, {}) == doc
+
+
+def test_daemon_filter_reads_text_and_rejects_broken_json():
+    assert filters.docker_daemon_config('{"labels": ["a"]}', {"debug": False}) == {"labels": ["a"], "debug": False}
+    assert filters.docker_daemon_config("", {"debug": False}) == {"debug": False}
+    with pytest.raises(AnsibleFilterError, match="is not valid JSON"):
+        filters.docker_daemon_config('{"labels": ["a"],}', {})
+    with pytest.raises(AnsibleFilterError, match="not a JSON object"):
+        filters.docker_daemon_config("[1, 2]", {})
+
+
+@pytest.mark.parametrize("driver,level", [("580.159.04", "13.0"), ("580.65.06", "13.0"), ("575.57.08", "12.9"), ("570.124.06", "12.8"),
+                                          ("570.86.15", "12.8"), ("550.163.01", "12.4"), ("535.247.01", "12.2"), ("470.256.02", None)])
+def test_driver_cuda_levels(driver, level):
+    assert hr.driver_cuda(driver) == level
+
+
+@pytest.mark.parametrize("image,level", [
+    ("vllm/vllm-openai:v0.26.0", "13.0"), ("vllm/vllm-openai:v0.20.0", "13.0"), ("vllm/vllm-openai:v0.26.0-cu129", "12.9"),
+    ("vllm/vllm-openai:v0.17.0", "12.9"), ("vllm/vllm-openai:v0.10.1", "12.8"), ("vllm/vllm-openai:v0.8.5", "12.4"),
+    ("registry.local:5000/vllm/vllm-openai:v0.15.1", "12.9"), ("my/vllm:cu128-build3", "12.8"), ("my/vllm:0.17.0", None),
+])
+def test_image_cuda_levels(image, level):
+    found = hr.image_cuda(image)
+    assert (found[0] if found else None) == level
+
+
+def test_min_driver_per_level():
+    assert hr.min_driver("13.0") == "580.65.6"
+    assert hr.min_driver("12.9") == "575.51.3"
+    assert hr.min_driver("12.8") == "570.26"
+    with pytest.raises(hr.HostRuntimeError, match="newer than every driver branch"):
+        hr.min_driver("14.0")
+
+
+def test_verdict_too_old_names_both_ways_out():
+    v = hr.driver_verdict("535.247.01", ["vllm/vllm-openai:v0.26.0"])
+    assert not v["ok"] and v["required"] == "580.65.6" and v["driver_cuda"] == "12.2"
+    assert "NVIDIA driver 535.247.01 (CUDA 12.2) is too old" in v["message"]
+    assert "CUDA 13.0 needs driver >= 580.65.6 (any CUDA 13.x driver" in v["message"]
+    assert "-cu129" in v["message"]
+
+
+def test_verdict_takes_the_highest_level_and_reports_unknown_images():
+    v = hr.driver_verdict("560.35.03", ["vllm/vllm-openai:v0.26.0-cu129", "vllm/vllm-openai:v0.10.1", "my/vllm:custom1"])
+    assert v["ok"] and v["required"] == "525.60.13"
+    assert any("minor version compatibility (kernels shipped as PTX only" in r for r in v["reasons"])
+    assert not hr.driver_verdict("520.61.05", ["vllm/vllm-openai:v0.10.1"])["ok"]
+    assert any("my/vllm:custom1: its CUDA level is not known here" in r for r in v["reasons"])
+
+
+def test_verdict_without_driver_and_with_inventory_floor():
+    v = hr.driver_verdict(None, ["vllm/vllm-openai:v0.26.0"])
+    assert not v["ok"] and "no NVIDIA driver found" in v["message"] and ">= 580.65.6" in v["message"]
+    v = hr.driver_verdict("570.86.15", ["vllm/vllm-openai:v0.26.0"], "560.0")
+    assert v["ok"] and v["required"] == "560.0"
+    assert hr.driver_verdict("570.86.15", [])["ok"]
+
+
+def test_reference_plans_through_the_driver_check():
+    """Seed 001's V100 pair ran vLLM 0.15 (a CUDA 12.9 build) on driver 570 / CUDA 12.8: accepted, with
+    the minor-version note; the same driver cannot run a CUDA 13 image. The H200's 580 runs them all."""
+    v100 = plan_of("v100_pair")
+    assert hr.plan_images(v100) == ["vllm/vllm-openai:v0.15.0"]
+    verdict = filters.nvidia_driver_verdict("570.86.15", v100)
+    assert verdict["ok"] and verdict["driver_cuda"] == "12.8" and "minor version compatibility" in verdict["reasons"][-1]
+    assert not filters.nvidia_driver_verdict("570.86.15", ["vllm/vllm-openai:v0.26.0"])["ok"]
+    h100 = plan_of("h100")
+    assert filters.nvidia_driver_verdict(hardware_profile("h200x1")["driver_version"] or "580.159.04", h100)["ok"]
+
+
+def test_apt_sources():
+    assert (hr.apt_source("https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)", "/etc/apt/keyrings/n.asc", "/")
+            == "deb [signed-by=/etc/apt/keyrings/n.asc] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /")
+    assert (hr.apt_source("https://download.docker.com/linux/debian", "/etc/apt/keyrings/docker.asc", "bookworm", ["stable"], "amd64")
+            == "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian bookworm stable")
+    with pytest.raises(hr.HostRuntimeError, match="must start with http"):
+        hr.apt_source("download.docker.com/linux/debian", "/k", "bookworm", ["stable"])
+    with pytest.raises(hr.HostRuntimeError, match="flat repository"):
+        hr.apt_source("http://x", "/k", "/", ["main"])
+
+
+def test_packages_and_repo_paths():
+    assert hr.pinned(hr.NVIDIA_TOOLKIT_PACKAGES, "1.18.1-1")[0] == "nvidia-container-toolkit=1.18.1-1"
+    assert hr.pinned(["docker.io"], "") == ["docker.io"]
+    assert hr.driver_packages("Ubuntu", "580") == ["nvidia-headless-580-server", "nvidia-utils-580-server"]
+    assert hr.driver_packages("Debian", "580") == ["cuda-drivers-580"]
+    with pytest.raises(hr.HostRuntimeError, match="three digits"):
+        hr.driver_packages("Debian", "latest")
+    assert hr.cuda_repo_path("Ubuntu", "24.04") == "ubuntu2404"
+    assert hr.cuda_repo_path("Debian", "12.8") == "debian12"
+    assert hr.codename("Debian", "12.8") == "bookworm" and hr.codename("Ubuntu", "22.04", "jammy") == "jammy"
+
+
+def test_dcu_missing_lists_every_piece_in_order_with_where_from():
+    assert hr.dcu_missing({"hyhal": True, "dtk": True, "kfd": True, "dri": True, "mkfd": True}) == []
+    missing = hr.dcu_missing({"hyhal": True, "dtk": False, "kfd": True, "dri": True, "mkfd": False})
+    assert [m.split(" is missing")[0] for m in missing] == ["/opt/dtk/env.sh", "/dev/mkfd"]
+    assert "dcu_runtime_dtk_archive_url" in missing[0] and "field report 003" in missing[1]
+    with pytest.raises(hr.HostRuntimeError, match="unknown DCU pieces"):
+        hr.dcu_missing({"mkfd": True, "kfd2": True})
+
+
+def test_vendors_of_profiles():
+    assert hr.vendors_of(hardware_profile("h200x1")) == ["nvidia"]
+    assert hr.vendors_of(hardware_profile("k100ai_8x_pcie")) == ["hygon"]
+    assert hr.vendors_of({"accelerators": []}) == []
+    assert json.dumps(filters.nvidia_runtime_config(default=True)) == \
+        '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}, "default-runtime": "nvidia"}'

@@ -70,7 +70,7 @@ def os_problem(distribution: str, version: str, role: str) -> Optional[str]:
     supported = SUPPORTED_OS.get(distribution)
     major = str(version).strip()
     if supported and distribution == "Debian":
-        major = major.split(".")[0]
+        major = major.split(".", maxsplit=1)[0]
     if supported and major in supported:
         return None
     known = "; ".join(f"{name} {', '.join(vers)}" for name, vers in SUPPORTED_OS.items())
@@ -83,7 +83,7 @@ def codename(distribution: str, version: str, release: str = "") -> str:
     """apt suite name; the gathered ansible_distribution_release wins when present."""
     if release:
         return release
-    key = (distribution, str(version).split(".")[0] if distribution == "Debian" else str(version))
+    key = (distribution, str(version).split(".", maxsplit=1)[0] if distribution == "Debian" else str(version))
     if key not in CODENAMES:
         raise HostRuntimeError(f"no apt suite known for {distribution} {version}")
     return CODENAMES[key]
@@ -151,7 +151,7 @@ def min_driver(level: str) -> str:
 
 def image_cuda(image: str) -> Optional[Tuple[str, str]]:
     """(CUDA level, why) for a vLLM image, or None when the image does not say."""
-    repo, _, tag = str(image).rpartition(":")
+    repo, _sep, tag = str(image).rpartition(":")
     match = re.search(r"(?:^|[-_.])cu(\d{2})(\d)(?:$|[-_.])", tag)
     if match:
         level = f"{int(match.group(1))}.{match.group(2)}"
@@ -200,7 +200,7 @@ def driver_verdict(driver_version: Optional[str], images: Iterable[str], min_ver
             # 13.x build on any 13.x driver (>= 580.65.06); only PTX JIT of newer kernels is missing.
             major = f"{cuda_tuple(level)[0]}.0"
             required = min_driver(major)
-            reasons.append(f"CUDA {level} needs driver >= {required} (any CUDA {major.split('.')[0]}.x driver, through "
+            reasons.append(f"CUDA {level} needs driver >= {required} (any CUDA {major.split('.', maxsplit=1)[0]}.x driver, through "
                            "minor version compatibility)")
     if not driver_version:
         return {"ok": False, "required": required, "reasons": reasons, "driver_cuda": None,
@@ -262,7 +262,7 @@ def cuda_repo_path(distribution: str, version: str) -> str:
     """The CUDA repository's folder for a distribution (debian12, ubuntu2404 ...)."""
     if distribution == "Ubuntu":
         return "ubuntu" + str(version).replace(".", "")
-    return "debian" + str(version).split(".")[0]
+    return "debian" + str(version).split(".", maxsplit=1)[0]
 
 
 # Hygon DCU pieces, in the order a missing one should be reported, with what provides each.
@@ -284,7 +284,7 @@ DCU_PIECES: Tuple[Tuple[str, str, str], ...] = (
 
 def dcu_missing(present: Mapping[str, bool]) -> List[str]:
     """Sentences for every missing DCU piece (`present` maps piece name to found)."""
-    unknown = set(present) - {name for name, _, _ in DCU_PIECES}
+    unknown = set(present) - {piece[0] for piece in DCU_PIECES}
     if unknown:
         raise HostRuntimeError(f"unknown DCU pieces {sorted(unknown)}")
     return [f"{path} is missing - {how}" for name, path, how in DCU_PIECES if not present.get(name, False)]

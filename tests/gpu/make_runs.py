@@ -38,7 +38,8 @@ def main() -> int:
         plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
         assert not plan["errors"], plan["errors"]
         [inst] = plan["deployments"][0]["instances"]
-        base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"], "bench": BENCH}
+        base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"], "bench": BENCH,
+                "carry_args": CARRY_ARGS.get(kind, [])}
         extra = CARRY_ARGS.get(kind, [])
         common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(inst["port"]), "--max-model-len", str(MAX_LEN)] + extra
         runs.append({**base, "label": f"{kind}-plan", "config": "planner", "args": inst["args"][1:] + extra, "env": {},

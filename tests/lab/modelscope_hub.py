@@ -30,6 +30,7 @@ import os
 import re
 import sys
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, Optional, Tuple
@@ -46,6 +47,7 @@ class Hub:
         self.by_path: Dict[str, int] = {}
         self.requests: list = []
         self.faults: dict = {"truncate": {}, "huge": None}
+        self.rate = 0
         self._sha: Dict[Tuple[str, float, int], str] = {}
 
     def repo_dir(self, owner: str, name: str, revision: str) -> Optional[str]:
@@ -193,6 +195,8 @@ def make_handler(hub: Hub):
                         break
                     self.wfile.write(block)
                     sent += len(block)
+                    if hub.rate:  # --rate: a slow link, so that progress can be watched
+                        time.sleep(len(block) / hub.rate)
             with hub.lock:
                 client = self.client_address[0]
                 hub.served[client] = hub.served.get(client, 0) + sent
@@ -204,8 +208,10 @@ def make_handler(hub: Hub):
     return Handler
 
 
-def serve(root: str, bind: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((bind, port), make_handler(Hub(root)))
+def serve(root: str, bind: str = "127.0.0.1", port: int = 0, rate: int = 0) -> ThreadingHTTPServer:
+    hub = Hub(root)
+    hub.rate = rate
+    server = ThreadingHTTPServer((bind, port), make_handler(hub))
     server.daemon_threads = True
     return server
 
@@ -215,8 +221,9 @@ def main() -> int:
     parser.add_argument("root")
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--rate", type=int, default=0, help="bytes per second per download (0: as fast as it goes)")
     args = parser.parse_args()
-    server = serve(args.root, args.bind, args.port)
+    server = serve(args.root, args.bind, args.port, args.rate)
     print(f"PORT {server.server_address[1]}", flush=True)
     server.serve_forever()
     return 0

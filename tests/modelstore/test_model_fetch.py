@@ -170,3 +170,42 @@ def test_http_mirror_fetch_resume_and_idempotence(hub, fresh, tmp_path):
     again = fetch(hub, fresh, **mirror)
     assert again["changed"] is False and again["bytes_fetched"] == 0
     assert (fresh / "model.safetensors").read_bytes() == (pathlib.Path(hub["root"]) / "peer" / "tiny-qwen3" / "model.safetensors").read_bytes()
+
+
+def test_progress_lines_while_a_download_runs(hub, fresh, tmp_path):
+    """model_fetch started in the background (async, poll 0) and followed by model_fetch_wait, the way
+    the model_store role does it: against a stand-in hub slowed to 300 kB/s, the play prints progress
+    lines with a rising percent, a rate and the time left, then returns the job's own result."""
+    slow = serve(hub["root"], rate=300_000)
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{slow.server_address[1]}"
+    total = sum(hub["files"].values())
+    playbook = tmp_path / "follow.yml"
+    playbook.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [
+            {"name": "start", "llmfleet.serving.model_fetch": {"model_id": MODEL, "revision": "v1.0", "dest": str(fresh), "endpoint": url,
+                                                                "reserve_bytes": 0},
+             "async": 600, "poll": 0, "register": "job"},
+            {"name": "follow", "llmfleet.serving.model_fetch_wait": {
+                "jobs": [{"jid": "{{ job.ansible_job_id }}", "label": "tiny-qwen3", "dest": str(fresh), "needed": total, "start_bytes": 0}],
+                "interval": 1, "timeout": 300}, "register": "done"},
+            {"name": "keep", "ansible.builtin.copy": {"content": "{{ done.results[0] | to_json }}", "dest": str(tmp_path / "result.json"),
+                                                      "mode": "0644"}},
+        ]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+               MODELSCOPE_HOME=str(tmp_path / ".ms-home"), MODELSCOPE_CACHE=str(tmp_path / ".ms-cache"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", json.dumps({"ansible_python_interpreter": sys.executable}), str(playbook)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    slow.shutdown()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[localhost] tiny-qwen3: ")]
+    print(f"\n{total:,} bytes at 300 kB/s; progress lines:\n" + "\n".join(lines))
+    percents = [int(line.split(": ", 1)[1].split(" %", 1)[0]) for line in lines]
+    assert len(lines) >= 3, proc.stdout[-3000:]
+    assert percents == sorted(percents) and percents[-1] > percents[0]
+    assert all(" of " in line and "/s, " in line and "so far" in line for line in lines)
+    assert any("left" in line for line in lines)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["changed"] is True and result["bytes_fetched"] == total

@@ -81,3 +81,26 @@ def test_space_and_revision_messages():
     ms.check_space("/models", 1 << 30, 3 << 30, 1 << 30)
     assert ms.revision_warning("master") and "is a branch" in ms.revision_warning("master")
     assert ms.revision_warning("v1.0") is None and ms.revision_warning("4ba787ec9") is None
+
+
+def test_progress_line_and_units():
+    from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import human_bytes, human_seconds, progress_line
+    assert human_bytes(512) == "512 B" and human_bytes(1536) == "1.5 KiB" and human_bytes(3 * 2**30) == "3.0 GiB"
+    assert human_seconds(5) == "5 s" and human_seconds(125) == "2 min 05 s" and human_seconds(7260) == "2 h 01 min"
+    line = progress_line("Qwen3-8B", 4 * 2**30, 16 * 2**30, 64.0)
+    assert line == "Qwen3-8B: 25 % (4.0 GiB of 16.0 GiB) at 64.0 MiB/s, 1 min 04 s so far, about 3 min 12 s left"
+    # bytes on disk can run ahead of (parts) or behind (a repair rewrites a file) what this run needs
+    assert progress_line("m", 20, 10, 2.0).startswith("m: 100 % (10 B of 10 B)")
+    assert progress_line("m", -5, 10, 2.0).startswith("m: 0 % (0 B of 10 B) at 0 B/s")
+
+
+def test_fetch_jobs_from_the_roles_loops():
+    from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import StoreError, fetch_jobs
+    planned = {"item": {"id": "Qwen/Qwen3-8B"}, "invocation": {"module_args": {"dest": "/models/Qwen3-8B"}}, "bytes_fetched": 1000}
+    started = [{"ansible_job_id": "j1.2", "item": planned}, {"skipped": True, "item": {"item": {"id": "other"}}}]
+    before = [{"stdout": "4096\t/models/Qwen3-8B"}, {"skipped": True}]
+    assert fetch_jobs(started, before) == [{"jid": "j1.2", "label": "Qwen/Qwen3-8B", "dest": "/models/Qwen3-8B", "needed": 1000,
+                                            "start_bytes": 4096}]
+    assert fetch_jobs(started, [{"stdout": "", "rc": 1}])[0]["start_bytes"] == 0
+    with pytest.raises(StoreError, match="does not carry its check-mode result"):
+        fetch_jobs([{"ansible_job_id": "j", "item": {}}], [])

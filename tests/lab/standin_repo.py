@@ -1,6 +1,6 @@
 """Build signed apt repositories and tarballs that STAND IN for vendor software the test lab cannot
 reach: NVIDIA's libnvidia-container (Container Toolkit) repository, NVIDIA's CUDA repository (driver
-meta packages), and Hygon's hyhal driver layer and DTK tarballs.
+meta packages), Docker's apt repository (docker-ce), and Hygon's hyhal driver layer and DTK tarballs.
 
     python3 tests/lab/standin_repo.py OUT_DIR
 
@@ -16,6 +16,9 @@ Layout (paths as on the vendors' servers, served over http by the molecule scena
     libnvidia-container/gpgkey
     libnvidia-container/stable/deb/amd64/      flat repository, 1.17.8-1 and 1.18.1-1
     compute/cuda/repos/debian12/x86_64/        flat repository, cuda-drivers-580 and cuda-drivers-535
+    linux/debian/ (+ gpg)                      Docker's layout: docker-ce, docker-ce-cli (27.5.1, 28.5.2), containerd.io;
+                                               docker-ce 27.5.1 carries Debian's docker.io (apt-get download, cached
+                                               in OUT/../standin-sources)
     dcu/hyhal-standin.tar.gz, dcu/dtk-26.04-standin.tar.gz
 """
 
@@ -43,6 +46,7 @@ TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.1-1")
 DRIVERS = {"580": ("580.159.04", "13.0"), "535": ("535.247.01", "12.2")}
 CAPTURED_DRIVER = ("580.159.04", "13.0")
 DTK_VERSION = "26.04"
+DOCKER_VERSIONS = ("5:27.5.1-1~debian.12~bookworm", "5:28.5.2-1~debian.12~bookworm")
 NOTE = "Stand-in built by llmfleet.serving's test lab (tests/lab/standin_repo.py); not the vendor's software."
 
 
@@ -70,30 +74,101 @@ def build_deb(work: pathlib.Path, out: pathlib.Path, name: str, version: str, fi
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         target.chmod(mode)
-    deb = out / f"{name}_{version}_amd64.deb"
+    deb = out / f"{name}_{version.split(':', 1)[-1]}_amd64.deb"  # pool names carry no epoch
     subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)], check=True, stdout=subprocess.DEVNULL)
     return deb
 
 
-def index(repo: pathlib.Path, gnupg: pathlib.Path, key_id: str) -> None:
-    """Packages, Packages.gz, Release and a clearsigned InRelease for a flat repository."""
+def packages_index(debs: list, base: pathlib.Path, out_dir: pathlib.Path) -> None:
+    """Packages and Packages.gz in out_dir for debs, their Filename relative to base."""
     entries = []
-    for deb in sorted(repo.glob("*.deb")):
+    for deb in sorted(debs):
         control = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout.rstrip("\n")
         data = deb.read_bytes()
-        entries.append(control + f"\nFilename: ./{deb.name}\nSize: {len(data)}\nMD5sum: {hashlib.md5(data).hexdigest()}\n"
-                                 f"SHA256: {hashlib.sha256(data).hexdigest()}\n")
+        rel = deb.relative_to(base).as_posix()
+        entries.append(control + f"\nFilename: {'./' + rel if base == out_dir else rel}\nSize: {len(data)}\n"
+                                 f"MD5sum: {hashlib.md5(data).hexdigest()}\nSHA256: {hashlib.sha256(data).hexdigest()}\n")
     packages = "\n".join(entries).encode()
-    (repo / "Packages").write_bytes(packages)
-    (repo / "Packages.gz").write_bytes(gzip.compress(packages, mtime=0))
-    lines = ["Origin: llmfleet-standin", "Label: llmfleet-standin", "Architectures: amd64",
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "Packages").write_bytes(packages)
+    (out_dir / "Packages.gz").write_bytes(gzip.compress(packages, mtime=0))
+
+
+def release(release_dir: pathlib.Path, indexes: list, gnupg: pathlib.Path, key_id: str, fields: tuple = ()) -> None:
+    """Release (with the SHA256 of each index, paths relative to release_dir) and a clearsigned InRelease."""
+    lines = ["Origin: llmfleet-standin", "Label: llmfleet-standin", *fields, "Architectures: amd64",
              "Date: " + time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime()), "SHA256:"]
-    for name in ("Packages", "Packages.gz"):
-        data = (repo / name).read_bytes()
-        lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
-    (repo / "Release").write_text("\n".join(lines) + "\n")
+    for path in indexes:
+        data = path.read_bytes()
+        lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {path.relative_to(release_dir).as_posix()}")
+    (release_dir / "Release").write_text("\n".join(lines) + "\n")
     subprocess.run(["gpg", "--homedir", str(gnupg), "--batch", "--yes", "--local-user", key_id, "--clearsign",
-                    "--output", str(repo / "InRelease"), str(repo / "Release")], check=True)
+                    "--output", str(release_dir / "InRelease"), str(release_dir / "Release")], check=True)
+
+
+def index(repo: pathlib.Path, gnupg: pathlib.Path, key_id: str) -> None:
+    """A flat repository (suite "/"), the layout NVIDIA's repositories use."""
+    packages_index(list(repo.glob("*.deb")), repo, repo)
+    release(repo, [repo / "Packages", repo / "Packages.gz"], gnupg, key_id)
+
+
+def debian_docker_io(cache: pathlib.Path) -> pathlib.Path:
+    """Debian's docker.io .deb (apt-get download, kept in cache): the engine the stand-in docker-ce carries."""
+    cache.mkdir(parents=True, exist_ok=True)
+    found = sorted(cache.glob("docker.io_*.deb"))
+    if not found:
+        if subprocess.run(["apt-get", "download", "docker.io"], cwd=cache, capture_output=True, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update", "-qq"], check=True)
+            subprocess.run(["apt-get", "download", "docker.io"], cwd=cache, check=True, capture_output=True)
+        found = sorted(cache.glob("docker.io_*.deb"))
+    return found[-1]
+
+
+def repackage_engine(work: pathlib.Path, pool: pathlib.Path, source: pathlib.Path, version: str) -> None:
+    """docker-ce <version> holding Debian's docker.io files and maintainer scripts (daemon, CLI, unit), without
+    docker.io's conflict with docker-ce; it depends on the stand-in docker-ce-cli and containerd.io like the real one."""
+    tree = work / "docker-ce-engine"
+    shutil.rmtree(tree, ignore_errors=True)
+    subprocess.run(["dpkg-deb", "-R", str(source), str(tree)], check=True)
+    control = (tree / "DEBIAN" / "control").read_text().splitlines()
+    kept, skip = [], False
+    for line in control:
+        if line.startswith((" ", "\t")) and skip:
+            continue
+        skip = line.split(":", 1)[0] in ("Package", "Version", "Conflicts", "Replaces", "Provides", "Breaks", "Built-Using", "Source",
+                                         "Description")
+        if not skip and line.startswith("Depends:"):
+            line += f", docker-ce-cli (= {version}), containerd.io"
+        if not skip:
+            kept.append(line)
+    kept = ["Package: docker-ce", f"Version: {version}"] + kept + [
+        f"Description: Docker CE engine (stand-in)\n {NOTE}\n Carries Debian's {source.name} (daemon and CLI) under Docker's package name."]
+    (tree / "DEBIAN" / "control").write_text("\n".join(kept) + "\n")
+    deb = pool / f"docker-ce_{version.split(':', 1)[-1]}_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(tree), str(deb)], check=True, stdout=subprocess.DEVNULL)
+
+
+def docker_repo(work: pathlib.Path, root: pathlib.Path, gnupg: pathlib.Path, key_id: str, cache: pathlib.Path) -> None:
+    """Docker's layout (dists/bookworm/stable/binary-amd64, pool/stable/...): docker-ce and docker-ce-cli in two
+    versions, containerd.io. The older docker-ce (the one the lab pins) carries Debian's docker.io engine; the
+    newer one is listed only to prove that the pin, not "newest", decides."""
+    pool = root / "pool" / "stable" / "amd64"
+    pool.mkdir(parents=True)
+    engine = debian_docker_io(cache)
+    for version in DOCKER_VERSIONS:
+        short = version.split(":", 1)[1].split("-", 1)[0]
+        if version == DOCKER_VERSIONS[0]:
+            repackage_engine(work, pool, engine, version)
+        else:
+            build_deb(work, pool, "docker-ce", version, {f"/usr/share/doc/docker-ce/STANDIN-{short}": (NOTE + "\n", 0o644)},
+                      depends=f"docker-ce-cli (= {version}), containerd.io", description="Docker CE engine (listing only)")
+        build_deb(work, pool, "docker-ce-cli", version, {f"/usr/share/doc/docker-ce-cli/STANDIN-{short}": (NOTE + "\n", 0o644)})
+    build_deb(work, pool, "containerd.io", "1.7.27-1", {"/usr/share/doc/containerd.io/STANDIN": (NOTE + "\n", 0o644)})
+    dist = root / "dists" / "bookworm"
+    binary = dist / "stable" / "binary-amd64"
+    packages_index(list(pool.glob("*.deb")), root, binary)
+    release(dist, [binary / "Packages", binary / "Packages.gz"], gnupg, key_id,
+            ("Suite: bookworm", "Codename: bookworm", "Components: stable"))
 
 
 def make_key(gnupg: pathlib.Path) -> str:
@@ -197,11 +272,14 @@ def main() -> int:
             index(repo, gnupg, key_id)
         export_key(gnupg, key_id, out / "libnvidia-container" / "gpgkey")
         export_key(gnupg, key_id, cuda / "3bf863cc.pub")
+        docker = out / "linux" / "debian"
+        docker_repo(work, docker, gnupg, key_id, out.parent / "standin-sources")
+        export_key(gnupg, key_id, docker / "gpg")
         subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "all"], check=False)
     dcu_tarballs(out / "dcu")
     os.chmod(out, 0o755)
     count = len(list(out.rglob("*.deb")))
-    print(f"[standin-repo] {count} stand-in packages, 2 signed repositories and 2 DCU tarballs in {out} "
+    print(f"[standin-repo] {count} stand-in packages, 3 signed repositories and 2 DCU tarballs in {out} "
           f"({time.time() - started:.1f} s)")
     return 0
 

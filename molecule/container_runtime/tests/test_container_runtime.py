@@ -1,5 +1,6 @@
-"""Verify container_runtime (through playbooks/prepare.yml) on a CPU-only systemd host: the real
-Docker engine from Debian runs with the merged daemon.json."""
+"""Verify container_runtime (through playbooks/prepare.yml) on a CPU-only systemd host, installed from
+a stand-in of Docker's apt repository (see molecule.yml): repository, pin and hold, and the running
+engine (Debian's real docker.io under the stand-in docker-ce) with the merged daemon.json."""
 
 import json
 
@@ -14,8 +15,22 @@ def docker_info(host):
     return json.loads(host.check_output("docker info --format '{{json .}}'"))
 
 
-def test_engine_installed_running_enabled(host):
-    assert host.package("docker.io").is_installed
+def test_docker_repository_signed_by_its_keyring(host):
+    line = host.file("/etc/apt/sources.list.d/docker.list").content_string.strip()
+    assert line == ("deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] "
+                    "http://llmfleet-standin-docker:8080/linux/debian bookworm stable")
+    key = host.file("/etc/apt/keyrings/docker.asc")
+    assert key.mode == 0o644 and "BEGIN PGP PUBLIC KEY BLOCK" in key.content_string
+
+
+def test_engine_pinned_held_running_enabled(host):
+    # the repository also holds 5:28.5.2: the pin decided
+    assert "5:28.5.2-1~debian.12~bookworm" in host.check_output("apt-cache madison docker-ce")
+    held = host.check_output("apt-mark showhold").split()
+    for name in ("docker-ce", "docker-ce-cli"):
+        assert host.package(name).version == "5:27.5.1-1~debian.12~bookworm"
+        assert name in held
+    assert host.package("containerd.io").is_installed
     service = host.service("docker")
     assert service.is_running
     assert service.is_enabled
@@ -47,6 +62,3 @@ def test_running_engine_uses_it(host):
     assert "rack=a1" in info["Labels"]
     assert info["LiveRestoreEnabled"] is True
 
-
-def test_no_docker_apt_repository_for_the_distribution_source(host):
-    assert not host.file("/etc/apt/sources.list.d/docker.list").exists

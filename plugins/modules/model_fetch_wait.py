@@ -18,7 +18,9 @@ author:
   - llmfleet.serving developers (!UNKNOWN)
 options:
   jobs:
-    description: One entry per started job - C(jid), C(label), C(dest), C(needed) (bytes this run fetches) and C(start_bytes) (bytes under C(dest) before it started).
+    description:
+      - One entry per started job - C(jid), C(label), C(dest), C(needed) (bytes this run fetches) and C(start_bytes)
+        (bytes under C(dest) before it started).
     type: list
     elements: dict
     required: true
@@ -30,7 +32,6 @@ options:
     description: Longest wait, in seconds.
     type: int
     default: 21600
-"""
 attributes:
   check_mode:
     description: Nothing to wait for in check mode; the role does not call it then.
@@ -44,6 +45,7 @@ attributes:
   async:
     description: It is the waiting side of async jobs.
     support: none
+"""
 
 EXAMPLES = r"""
 - name: Start the download

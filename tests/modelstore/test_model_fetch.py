@@ -184,8 +184,8 @@ def test_progress_lines_while_a_download_runs(hub, fresh, tmp_path):
     playbook.write_text(json.dumps([{
         "hosts": "localhost", "gather_facts": False,
         "tasks": [
-            {"name": "start", "llmfleet.serving.model_fetch": {"model_id": MODEL, "revision": "v1.0", "dest": str(fresh), "endpoint": url,
-                                                                "reserve_bytes": 0},
+            {"name": "start",
+             "llmfleet.serving.model_fetch": {"model_id": MODEL, "revision": "v1.0", "dest": str(fresh), "endpoint": url, "reserve_bytes": 0},
              "async": 600, "poll": 0, "register": "job"},
             {"name": "follow", "llmfleet.serving.model_fetch_wait": {
                 "jobs": [{"jid": "{{ job.ansible_job_id }}", "label": "tiny-qwen3", "dest": str(fresh), "needed": total, "start_bytes": 0}],

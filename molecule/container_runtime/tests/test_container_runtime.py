@@ -61,4 +61,3 @@ def test_running_engine_uses_it(host):
     assert info["LoggingDriver"] == "json-file"
     assert "rack=a1" in info["Labels"]
     assert info["LiveRestoreEnabled"] is True
-

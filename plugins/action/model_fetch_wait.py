@@ -22,8 +22,10 @@ class ActionModule(ActionBase):
     _requires_connection = True
     TRANSFERS_FILES = False
 
-    def _disk_bytes(self, dest, task_vars):
-        out = self._low_level_execute_command(f"du -sb {shlex.quote(dest)} 2>/dev/null || echo 0")
+    def _disk_bytes(self, dest):
+        """Bytes of the files under dest, as model_fetch's bytes_on_disk counts them (module_utils bytes_under)."""
+        out = self._low_level_execute_command(
+            f"find {shlex.quote(dest)} -type f -printf '%s\\n' 2>/dev/null | awk '{{s += $1}} END {{print s + 0}}'")
         try:
             return int((out.get("stdout") or "0").split()[0])
         except (ValueError, IndexError):
@@ -60,7 +62,7 @@ class ActionModule(ActionBase):
                     self._execute_module(module_name="ansible.legacy.async_status",
                                          module_args={"jid": job["jid"], "mode": "cleanup", "_async_dir": async_dir}, task_vars=task_vars)
                     continue
-                done = self._disk_bytes(job["dest"], task_vars) - int(job.get("start_bytes", 0))
+                done = self._disk_bytes(job["dest"]) - int(job.get("start_bytes", 0))
                 display.display(f"[{host}] " + progress_line(job["label"], done, int(job["needed"]), time.monotonic() - started))
         results = [final[j["jid"]] for j in jobs]
         failed = [(j["label"], r) for j, r in zip(jobs, results) if r.get("failed")]

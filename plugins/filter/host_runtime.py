@@ -31,6 +31,12 @@ def docker_daemon_config(current, options=None, contributions=None):
     return _wrap("docker_daemon_config", core.daemon_config, current, options or {}, contributions or {})
 
 
+def docker_daemon_options(registry_mirrors, log_max_size="100m", log_max_file=3, data_root="", extra=None):
+    """The inventory's daemon.json keys (container_runtime's variables)."""
+    return _wrap("docker_daemon_options", core.daemon_options, registry_mirrors or [], log_max_size, int(log_max_file),
+                 data_root or "", extra or {})
+
+
 def nvidia_driver_verdict(driver_version, images=None, min_version=""):
     """ok / required / reasons / message for a driver version against the images (or a host plan)."""
     if isinstance(images, dict):
@@ -78,6 +84,7 @@ class FilterModule:
     def filters(self):
         return {
             "docker_daemon_config": docker_daemon_config,
+            "docker_daemon_options": docker_daemon_options,
             "nvidia_driver_verdict": nvidia_driver_verdict,
             "host_os_problem": host_os_problem,
             "apt_source_line": apt_source_line,

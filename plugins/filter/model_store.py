@@ -1,21 +1,26 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filter model_fetch_jobs: the model_store role's started downloads in model_fetch_wait's terms."""
+"""Filters for the model_store role: model_fetch_jobs (its started downloads in model_fetch_wait's terms) and
+model_fetch_summary (what a check-mode pass found to fetch, one line per model)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import StoreError, fetch_jobs
+from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import StoreError, fetch_jobs, fetch_summary
 
 
-def model_fetch_jobs(started, before=None):
+def model_fetch_jobs(started):
     try:
-        return fetch_jobs(list(started or []), list(before or []))
+        return fetch_jobs(list(started or []))
     except (StoreError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def model_fetch_summary(results):
+    return fetch_summary(list(results or []))
+
+
 class FilterModule:
     def filters(self):
-        return {"model_fetch_jobs": model_fetch_jobs}
+        return {"model_fetch_jobs": model_fetch_jobs, "model_fetch_summary": model_fetch_summary}

@@ -102,6 +102,24 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> Dict[str, An
     return out
 
 
+def daemon_options(registry_mirrors: Iterable[str], log_max_size: str, log_max_file: int, data_root: str = "",
+                   extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The daemon.json keys the inventory owns: json-file log rotation, registry mirrors and data-root
+    when given, then any other option (merged over them; a None still removes a key in daemon_config)."""
+    options: Dict[str, Any] = {"log-driver": "json-file", "log-opts": {"max-size": str(log_max_size), "max-file": str(log_max_file)}}
+    mirrors = list(registry_mirrors)
+    if mirrors:
+        options["registry-mirrors"] = mirrors
+    if data_root:
+        options["data-root"] = data_root
+    for key, value in (extra or {}).items():
+        if isinstance(value, Mapping) and isinstance(options.get(key), Mapping):
+            options[key] = {**options[key], **value}
+        else:
+            options[key] = value
+    return options
+
+
 def daemon_config(current: Optional[Mapping[str, Any]], options: Mapping[str, Any],
                   contributions: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """The daemon.json to write: what is there now (keys nobody here manages are kept), the

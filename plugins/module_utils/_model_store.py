@@ -181,6 +181,19 @@ def revision_warning(revision: str) -> Optional[str]:
             "pin a tag or commit for production")
 
 
+def bytes_under(path: str) -> int:
+    """Bytes of the files under a folder (partial downloads included); 0 when it does not exist. What a
+    download's progress is measured in, before (model_fetch) and while it runs (model_fetch_wait)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue  # a part file renamed while we looked
+    return total
+
+
 def human_bytes(count: float) -> str:
     """1536 -> '1.5 KiB'."""
     value = float(count)
@@ -210,10 +223,9 @@ def progress_line(label: str, done: int, needed: int, elapsed: float) -> str:
             f"{human_seconds(elapsed)} so far{left}")
 
 
-def fetch_jobs(started: List[Mapping[str, Any]], before: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-    """The jobs model_fetch_wait follows, from the role's registered loops: `started` are the results of
-    the async (poll 0) model_fetch loop over the check-mode results, `before` those of the `du -sb` loop
-    over the same items (same order). Skipped items (nothing to fetch) are left out."""
+def fetch_jobs(started: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """The jobs model_fetch_wait follows, from the role's async (poll 0) model_fetch loop over the
+    check-mode results (which carry the bytes already on disk). Skipped items (nothing to fetch) are left out."""
     jobs = []
     for index, job in enumerate(started):
         if "ansible_job_id" not in job:
@@ -223,7 +235,20 @@ def fetch_jobs(started: List[Mapping[str, Any]], before: List[Mapping[str, Any]]
         model = (planned.get("item") or {}).get("id")
         if not dest or not model:
             raise StoreError(f"model_fetch_jobs: job {index} does not carry its check-mode result (item.invocation.module_args.dest)")
-        du_out = str((before[index] if index < len(before) else {}).get("stdout") or "0").split()
         jobs.append({"jid": job["ansible_job_id"], "label": model, "dest": dest, "needed": int(planned.get("bytes_fetched") or 0),
-                     "start_bytes": int(du_out[0]) if du_out and du_out[0].isdigit() else 0})
+                     "start_bytes": int(planned.get("bytes_on_disk") or 0)})
     return jobs
+
+
+def fetch_summary(results: List[Mapping[str, Any]]) -> List[str]:
+    """One line per model a check-mode pass found work for: files and bytes to fetch, files to repair."""
+    lines = []
+    for result in results:
+        if not result.get("changed"):
+            continue
+        model = (result.get("item") or {}).get("id", "?")
+        repaired = len(result.get("repaired") or [])
+        lines.append(f"{model}: {len(result.get('fetched') or [])} of {result.get('files', '?')} files, "
+                     f"{human_bytes(result.get('bytes_fetched', 0))} of {human_bytes(result.get('total_bytes', 0))}"
+                     + (f" ({repaired} to repair)" if repaired else ""))
+    return lines

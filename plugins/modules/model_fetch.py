@@ -138,6 +138,10 @@ manifest:
   description: Path of the manifest.
   returned: always
   type: str
+bytes_on_disk:
+  description: Bytes of the files under O(dest) before this run (partial downloads included); progress is counted from here.
+  returned: always
+  type: int
 """
 
 import json
@@ -153,8 +157,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
-    MANIFEST, RemoteFile, StoreError, bytes_to_fetch, check, check_space, files_from_manifest, manifest_document, parse_listing,
-    revision_warning, select, sha256_of, write_manifest,
+    MANIFEST, RemoteFile, StoreError, bytes_to_fetch, bytes_under, check, check_space, files_from_manifest, manifest_document,
+    parse_listing, revision_warning, select, sha256_of, write_manifest,
 )
 
 SDK_CALL = (
@@ -322,7 +326,8 @@ def main():
         repaired = list(state.corrupt) if state else []
         needed = bytes_to_fetch(files, state) if state else sum(f.size for f in files)
         result = dict(changed=bool(to_fetch), fetched=to_fetch, repaired=repaired, bytes_fetched=needed,
-                      total_bytes=sum(f.size for f in files), files=len(files), manifest=os.path.join(dest, MANIFEST))
+                      total_bytes=sum(f.size for f in files), files=len(files), manifest=os.path.join(dest, MANIFEST),
+                      bytes_on_disk=bytes_under(dest))
         if to_fetch:  # before any byte moves, and in check mode too: a run that cannot fit is predicted as a failure
             check_space(dest, needed, shutil.disk_usage(existing_parent(dest)).free, p["reserve_bytes"])
         if module.check_mode:

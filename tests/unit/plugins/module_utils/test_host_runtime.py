@@ -4,6 +4,7 @@ sources, DCU pieces - and the reference inventories' plans through the driver ch
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -14,7 +15,7 @@ from ansible_collections.llmfleet.serving.plugins.filter import host_runtime as 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _host_runtime as hr
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 
-from llmfleet_testing import plan_of
+from llmfleet_testing import ROOT, plan_of
 
 
 @pytest.mark.parametrize("dist,version", [("Debian", "12"), ("Debian", "12.8"), ("Debian", "11.11"), ("Ubuntu", "22.04"), ("Ubuntu", "24.04")])
@@ -138,8 +139,12 @@ def test_reference_plans_through_the_driver_check():
     verdict = filters.nvidia_driver_verdict("570.86.15", v100)
     assert verdict["ok"] and verdict["driver_cuda"] == "12.8" and "minor version compatibility" in verdict["reasons"][-1]
     assert not filters.nvidia_driver_verdict("570.86.15", ["vllm/vllm-openai:v0.26.0"])["ok"]
+    # the driver the lent H200 reported (its captured facts) runs the h100 fleet's CUDA 13 images
+    captured = json.loads((pathlib.Path(ROOT) / "tests/fixtures/hardware/h200x1-accelerator-facts/llmfleet_hardware.json").read_text())
     h100 = plan_of("h100")
-    assert filters.nvidia_driver_verdict(hardware_profile("h200x1")["driver_version"] or "580.159.04", h100)["ok"]
+    assert all(hr.image_cuda(i)[0] == "13.0" for i in hr.plan_images(h100))
+    assert filters.nvidia_driver_verdict(captured["driver_version"], h100)["ok"]
+    assert not filters.nvidia_driver_verdict("575.57.08", h100)["ok"]
 
 
 def test_apt_sources():
@@ -180,3 +185,12 @@ def test_vendors_of_profiles():
     assert hr.vendors_of({"accelerators": []}) == []
     assert json.dumps(filters.nvidia_runtime_config(default=True)) == \
         '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}, "default-runtime": "nvidia"}'
+
+
+def test_daemon_options_from_the_roles_variables():
+    assert hr.daemon_options([], "100m", 3) == {"log-driver": "json-file", "log-opts": {"max-size": "100m", "max-file": "3"}}
+    opts = hr.daemon_options(["https://m.example"], "50m", 5, "/srv/docker", {"log-opts": {"compress": "true"}, "debug": None})
+    assert opts == {"log-driver": "json-file", "log-opts": {"max-size": "50m", "max-file": "5", "compress": "true"},
+                    "registry-mirrors": ["https://m.example"], "data-root": "/srv/docker", "debug": None}
+    # a None in the options removes the key from what the file had
+    assert hr.daemon_config({"debug": True, "labels": ["a"]}, opts, {}).get("debug", "gone") == "gone"

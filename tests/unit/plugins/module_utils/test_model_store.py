@@ -96,11 +96,23 @@ def test_progress_line_and_units():
 
 def test_fetch_jobs_from_the_roles_loops():
     from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import StoreError, fetch_jobs
-    planned = {"item": {"id": "Qwen/Qwen3-8B"}, "invocation": {"module_args": {"dest": "/models/Qwen3-8B"}}, "bytes_fetched": 1000}
+    planned = {"item": {"id": "Qwen/Qwen3-8B"}, "invocation": {"module_args": {"dest": "/models/Qwen3-8B"}}, "bytes_fetched": 1000,
+               "bytes_on_disk": 4096}
     started = [{"ansible_job_id": "j1.2", "item": planned}, {"skipped": True, "item": {"item": {"id": "other"}}}]
-    before = [{"stdout": "4096\t/models/Qwen3-8B"}, {"skipped": True}]
-    assert fetch_jobs(started, before) == [{"jid": "j1.2", "label": "Qwen/Qwen3-8B", "dest": "/models/Qwen3-8B", "needed": 1000,
-                                            "start_bytes": 4096}]
-    assert fetch_jobs(started, [{"stdout": "", "rc": 1}])[0]["start_bytes"] == 0
+    assert fetch_jobs(started) == [{"jid": "j1.2", "label": "Qwen/Qwen3-8B", "dest": "/models/Qwen3-8B", "needed": 1000,
+                                    "start_bytes": 4096}]
     with pytest.raises(StoreError, match="does not carry its check-mode result"):
-        fetch_jobs([{"ansible_job_id": "j", "item": {}}], [])
+        fetch_jobs([{"ansible_job_id": "j", "item": {}}])
+
+
+def test_fetch_summary_and_bytes_under(tmp_path):
+    from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import bytes_under, fetch_summary
+    results = [{"changed": True, "item": {"id": "Qwen/Qwen3-8B"}, "fetched": ["a", "b"], "files": 5, "repaired": ["b"],
+                "bytes_fetched": 3 * 2**30, "total_bytes": 16 * 2**30},
+               {"changed": False, "item": {"id": "done/model"}}]
+    assert fetch_summary(results) == ["Qwen/Qwen3-8B: 2 of 5 files, 3.0 GiB of 16.0 GiB (1 to repair)"]
+    assert bytes_under(str(tmp_path / "missing")) == 0
+    (tmp_path / "m" / "sub").mkdir(parents=True)
+    (tmp_path / "m" / "a").write_bytes(b"x" * 10)
+    (tmp_path / "m" / "sub" / "b.incomplete").write_bytes(b"y" * 7)
+    assert bytes_under(str(tmp_path / "m")) == 17

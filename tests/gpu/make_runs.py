@@ -20,6 +20,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._planner import p
 ENGINE = "0.26.0"
 MAX_LEN = 8192
 BENCH = {"input": 512, "output": 128, "prompts": 100, "concurrency": [1, 32], "timeout": 240}
+# Five sequences in eager mode: the sweep takes minutes, so the warm-up is 10 prompts, not the sweep again.
+HAND_BENCH = {**BENCH, "warmup": 10, "timeout": 420}
 MODELS = [("dense", "Qwen/Qwen3-8B"), ("hybrid", "Qwen/Qwen3.5-27B"), ("moe", "Qwen/Qwen3-30B-A3B")]
 # The carry leaves FlashInfer out (its kernels JIT-compile with nvcc, or come as a >1 GB cache), and on
 # Hopper vLLM 0.26 picks FlashInfer's Gated DeltaNet prefill for Qwen3.5 unless told otherwise: every
@@ -46,7 +48,7 @@ def main() -> int:
                      "deployment": dep, "planned": inst["memory"], "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-hand", "config": "hand flags (reports 001/002: eager, 5 seqs, 0.85)",
                      "args": common + ["--enforce-eager", "--max-num-seqs", "5", "--gpu-memory-utilization", "0.85"], "env": {},
-                     "startup_budget": 300})
+                     "startup_budget": 300, "bench": HAND_BENCH})
         if kind == "moe":  # diagnostic: the plan with vLLM's CUDA-graph range (capture size = 2 x max-num-seqs, at most 512)
             seqs = inst["args"].index("--max-num-seqs")
             runs.append({**base, "label": "moe-plan-seqs256", "config": "planner, --max-num-seqs 256 (diagnostic)",

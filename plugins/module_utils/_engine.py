@@ -44,6 +44,8 @@ FLAG_SINCE: Dict[str, Version] = {
     "--enable-auto-tool-choice": (0, 8, 5),
     "--kv-cache-dtype": (0, 8, 5),
     "--shutdown-timeout": (0, 18, 0),
+    # vLLM PR #26016 (October 2025) added it; 0.12.0 is the first release certain to have it
+    "--max-cudagraph-capture-size": (0, 12, 0),
 }
 # Last version that accepts it.
 FLAG_UNTIL: Dict[str, Version] = {

@@ -57,18 +57,19 @@ def wait_health(port: int, proc: subprocess.Popen, budget: float) -> float:
     return -1.0
 
 
-def bench_cmd(run: dict, model_dir: str, conc: int, prompts: int, out_dir: str, name: str) -> list:
+def bench_cmd(run: dict, model_dir: str, conc: int, prompts: int, out_dir: str, name: str, seed: int = 0) -> list:
     spec = run["bench"]
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
             "--base-url", f"http://127.0.0.1:{run['port']}", "--model", run["served"], "--tokenizer", model_dir,
             "--dataset-name", "random", "--random-input-len", str(spec["input"]), "--random-output-len", str(spec["output"]),
             "--num-prompts", str(prompts), "--max-concurrency", str(conc),
             "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
-            "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", "0"]
+            "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", str(seed)]
 
 
 def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
-    """The sweep once, unrecorded, with the same prompts (same seed): Triton JIT of kernels for new
+    """The sweep once, unrecorded, with other prompts of the same lengths (seed 1: the measured prompts,
+    seed 0, must not be in the prefix cache yet - session 4 replayed seed 0 and measured cache hits): Triton JIT of kernels for new
     batch shapes (fused MoE picks a block config by batch size; GDN) happens here instead of inside a
     measured run. `bench.warmup: N` sends N prompts at the largest concurrency instead (configurations
     with few sequences, whose sweep takes minutes). Returns its wall time."""
@@ -79,7 +80,7 @@ def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     started = time.monotonic()
     for conc, prompts in sizes:
         name = f"{run['label']}-warmup-c{conc}.json"
-        subprocess.run(bench_cmd(run, model_dir, conc, prompts, out_dir, name), env=env, capture_output=True, text=True,
+        subprocess.run(bench_cmd(run, model_dir, conc, prompts, out_dir, name, seed=1), env=env, capture_output=True, text=True,
                        timeout=spec.get("timeout", 240), check=False)
         if os.path.exists(os.path.join(out_dir, name)):
             os.remove(os.path.join(out_dir, name))
@@ -100,8 +101,8 @@ def fresh_caches(label: str) -> dict:
     return env
 
 
-def bench(run: dict, model_dir: str, env: dict, out_dir: str) -> list:
-    results = []
+def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, save) -> list:
+    """The sweep; `save()` after each concurrency, so a call cut at its limit keeps the steps that ran."""
     spec = run["bench"]
     for conc in spec["concurrency"]:
         name = f"{run['label']}-c{conc}.json"
@@ -111,6 +112,7 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str) -> list:
         path = os.path.join(out_dir, name)
         if proc.returncode != 0 or not os.path.exists(path):
             results.append({"concurrency": conc, "error": (proc.stdout + proc.stderr)[-1500:]})
+            save()
             continue
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -119,6 +121,7 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str) -> list:
                         **{k: data.get(k) for k in ("completed", "output_throughput", "request_throughput", "total_token_throughput",
                                                     "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
                                                     "median_itl_ms", "p99_itl_ms")}})
+        save()
     return results
 
 
@@ -160,11 +163,20 @@ def main() -> int:
         text = open(log_file, encoding="utf-8", errors="replace").read()
         entry = {"label": run["label"], "model": run["model"], "config": run["config"], "args": run["args"], "ready_s": round(ready, 1),
                  "caches": "shared" if args.shared_caches else "fresh", "engine_log": parse_log(text), "planned": run.get("planned", {})}
+        results.append(entry)
+
+        def save(results=results):
+            with open(results_path, "w", encoding="utf-8") as handle:
+                json.dump(results, handle, indent=1)
+
+        save()
         if ready > 0 and not args.no_bench:
             entry["warmup_s"] = warm_up(run, model_dir, env, args.out)
-            entry["bench"] = bench(run, model_dir, env, args.out)
-        else:
+            entry["bench"] = []
+            bench(run, model_dir, env, args.out, entry["bench"], save)
+        elif ready <= 0:
             entry["error"] = "server did not become healthy"
+            save()
         try:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=60)
@@ -174,12 +186,10 @@ def main() -> int:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         text = open(log_file, encoding="utf-8", errors="replace").read()
-        interesting = [line for line in text.splitlines() if re.search(r"KV cache|memory|Memory|GiB|graph|Error|error|Traceback|ready|compile", line)]
+        interesting = [line for line in text.splitlines() if "Capturing CUDA graphs" not in line  # progress bars
+                       and re.search(r"KV cache|memory|Memory|GiB|graph|Error|error|Traceback|ready|compile|non-default|Running:", line)]
         logs.write(f"===== {run['label']} (ready {ready:.1f} s)\n" + "\n".join(interesting[-60:]) + "\n" + "\n".join(text.splitlines()[-15:]) + "\n")
         logs.flush()
-        results.append(entry)
-        with open(results_path, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=1)
         print(json.dumps({k: entry.get(k) for k in ("label", "ready_s", "engine_log")}), flush=True)
         for b in entry.get("bench", []):
             print("   ", json.dumps(b), flush=True)

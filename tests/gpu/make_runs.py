@@ -49,21 +49,14 @@ def main() -> int:
         runs.append({**base, "label": f"{kind}-hand", "config": "hand flags (reports 001/002: eager, 5 seqs, 0.85)",
                      "args": common + ["--enforce-eager", "--max-num-seqs", "5", "--gpu-memory-utilization", "0.85"], "env": {},
                      "startup_budget": 300, "bench": HAND_BENCH})
-        if kind == "moe":  # diagnostic: the plan with vLLM's CUDA-graph range (capture size = 2 x max-num-seqs, at most 512)
-            seqs = inst["args"].index("--max-num-seqs")
-            runs.append({**base, "label": "moe-plan-seqs256", "config": "planner, --max-num-seqs 256 (diagnostic)",
-                         "args": inst["args"][1:seqs + 1] + ["256"] + inst["args"][seqs + 2:] + extra, "env": {}, "startup_budget": 420})
-        if kind == "moe":  # diagnostic: the plan without the chat-only flags (parsers, chat template kwargs)
-            chat_only = {"--reasoning-parser": 1, "--enable-auto-tool-choice": 0, "--tool-call-parser": 1, "--default-chat-template-kwargs": 1}
-            args, i = [], 0
-            while i < len(inst["args"]):
-                if inst["args"][i] in chat_only:
-                    i += 1 + chat_only[inst["args"][i]]
-                    continue
-                args.append(inst["args"][i])
-                i += 1
-            runs.append({**base, "label": "moe-plan-noparsers", "config": "planner without parser flags (diagnostic)",
-                         "args": args[1:] + extra, "env": {}, "startup_budget": 420})
+        if kind == "moe":  # the plan until session 4: the same without the capture size (vLLM then captures 2 x 64 tokens)
+            flag = inst["args"].index("--max-cudagraph-capture-size")
+            runs.append({**base, "label": "moe-plan-capture128", "config": "planner until session 4 (max_num_seqs 64: vLLM captures "
+                         "CUDA graphs up to 128 tokens)", "args": inst["args"][1:flag] + inst["args"][flag + 2:] + extra, "env": {},
+                         "startup_budget": 420})
+        if kind == "moe":  # diagnostic: vLLM's defaults with the plan's sequence cap, the one flag changed
+            runs.append({**base, "label": "moe-default-seqs64", "config": "vLLM defaults + --max-num-seqs 64 (diagnostic)",
+                         "args": common + ["--max-num-seqs", "64"], "env": {}, "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
     out = ROOT / "tests" / "gpu" / "runs.json"
     out.write_text(json.dumps({"engine": ENGINE, "gpu": "h200x1", "runs": runs}, indent=1) + "\n")

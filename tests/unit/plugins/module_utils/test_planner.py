@@ -12,7 +12,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _models as
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from llmfleet_testing import inventory, plan_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
-    PlanError, memory_model, plan_host, summary_table, valid_tp,
+    PlanError, cudagraph_capture_size, memory_model, plan_host, summary_table, valid_tp,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -260,3 +260,42 @@ def test_deployment_models_lists_each_model_once():
 def test_deployment_models_errors(deps, message):
     with pytest.raises(models.ModelError, match=message):
         models.deployment_models(deps)
+
+
+# --- CUDA-graph capture range (tests/fixtures/gpu/: the MoE stall at capture <= 128) -----------------
+
+def _h200_plan(model, version="0.26.0", **overrides):
+    dep = {"name": "m", "model": model, "workload": {"max_model_len": 8192, "concurrency": 32}, "engine": {"version": version},
+           "overrides": overrides}
+    plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
+    assert plan["errors"] == []
+    [inst] = plan["deployments"][0]["instances"]
+    return inst
+
+
+def test_moe_plan_keeps_vllms_512_token_capture_range():
+    inst = _h200_plan("Qwen/Qwen3-30B-A3B")
+    assert inst["max_num_seqs"] == 64 and flag(inst["args"], "--max-cudagraph-capture-size") == "512"
+    assert any(r["decision"] == "max_cudagraph_capture_size=512" and "fused-MoE" in r["why"] for r in inst["reasons"])
+    # the graphs of 512 sizes are counted: the KV pool is smaller than with vLLM's own 2 x 64
+    m = models.catalog_profile("Qwen/Qwen3-30B-A3B")
+    gpu = 143771 * 2**20
+    assert memory_model(m, 1, gpu, 0.92, (0, 26, 0), "bfloat16", "auto", 64, 8192, False, 512).kv \
+        < memory_model(m, 1, gpu, 0.92, (0, 26, 0), "bfloat16", "auto", 64, 8192, False).kv
+
+
+@pytest.mark.parametrize("model, version, overrides", [
+    ("Qwen/Qwen3-8B", "0.26.0", {}),                                # dense: cuBLAS, nothing compiles while serving
+    ("Qwen/Qwen3-30B-A3B", "0.11.0", {}),                           # before the flag existed
+    ("Qwen/Qwen3-30B-A3B", "0.26.0", {"enforce_eager": True}),      # no graphs at all
+    ("Qwen/Qwen3-30B-A3B", "0.26.0", {"max_num_seqs": 256}),        # vLLM's own range is already 512
+])
+def test_capture_size_is_left_to_vllm(model, version, overrides):
+    assert "--max-cudagraph-capture-size" not in _h200_plan(model, version, **overrides)["args"]
+
+
+def test_capture_size_never_exceeds_the_batch():
+    m = models.catalog_profile("Qwen/Qwen3-30B-A3B")
+    assert cudagraph_capture_size(m, "nvidia", (0, 26, 0), 64, 256, False) == (256, True)
+    assert cudagraph_capture_size(m, "nvidia", (0, 26, 0), 64, 128, False) == (128, False)
+    assert cudagraph_capture_size(m, "hygon", (0, 26, 0), 64, 8192, False) == (128, False)

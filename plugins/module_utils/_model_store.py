@@ -29,6 +29,16 @@ class RemoteFile:
     path: str
     size: int
     sha256: Optional[str]
+    git_sha1: Optional[str] = None   # Hugging Face names small (non-LFS) files by their git blob id only
+
+
+def git_blob_sha1(path: str) -> str:
+    """git's object id of a file: sha1 of "blob <size>\\0" + the bytes (what the Hugging Face Hub lists as `oid`)."""
+    digest = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())  # noqa: S324 - git's id, not a security check
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -62,6 +72,26 @@ def parse_listing(body: Any, model_id: str) -> List[RemoteFile]:
     return sorted(out, key=lambda f: f.path)
 
 
+def parse_hf_tree(entries: Any, model_id: str) -> List[RemoteFile]:
+    """The Hugging Face Hub's `tree?recursive=True` answer: LFS files carry their sha256 (`lfs.oid`),
+    the others only their git blob id (`oid`)."""
+    if not isinstance(entries, list):
+        raise StoreError(f"the hub's file listing for {model_id} is not a list of files")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, Mapping) or entry.get("type") != "file":
+            continue
+        path = entry.get("path")
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise StoreError(f"the hub's listing for {model_id} has an unusable path {path!r}")
+        if not isinstance(entry.get("size"), int):
+            raise StoreError(f"the hub's listing for {model_id} gives no size for {path}")
+        lfs = entry.get("lfs") if isinstance(entry.get("lfs"), Mapping) else {}
+        sha256 = str(lfs.get("oid") or lfs.get("sha256") or "").lower() or None
+        out.append(RemoteFile(path, int(lfs.get("size", entry["size"])), sha256, None if sha256 else (entry.get("oid") or None)))
+    return sorted(out, key=lambda f: f.path)
+
+
 def files_from_manifest(document: Any, where: str) -> List[RemoteFile]:
     """The file list of a mirror: another host's (or a web server's) copy of our manifest."""
     entries = document.get("files") if isinstance(document, Mapping) else None
@@ -72,7 +102,7 @@ def files_from_manifest(document: Any, where: str) -> List[RemoteFile]:
         path = entry.get("path") if isinstance(entry, Mapping) else None
         if not path or path.startswith("/") or ".." in path.split("/") or not isinstance(entry.get("size"), int):
             raise StoreError(f"{where} lists an unusable file entry {entry!r}")
-        out.append(RemoteFile(path, entry["size"], entry.get("sha256")))
+        out.append(RemoteFile(path, entry["size"], entry.get("sha256"), entry.get("git_sha1")))
     return sorted(out, key=lambda f: f.path)
 
 
@@ -127,10 +157,10 @@ def check(dest: str, files: List[RemoteFile], full: bool) -> Check:
             continue
         seen = recorded.get(f.path)
         trusted = (not full and seen is not None and seen.get("size") == f.size and seen.get("sha256") == f.sha256
-                   and seen.get("mtime_ns") == stat.st_mtime_ns)
-        if trusted or f.sha256 is None:
+                   and seen.get("git_sha1") == f.git_sha1 and seen.get("mtime_ns") == stat.st_mtime_ns)
+        if trusted or (f.sha256 is None and f.git_sha1 is None):
             result.ok.append(f.path)
-        elif sha256_of(local) == f.sha256:
+        elif (sha256_of(local) == f.sha256) if f.sha256 else (git_blob_sha1(local) == f.git_sha1):
             result.ok.append(f.path)
         else:
             result.corrupt.append(f.path)
@@ -152,7 +182,10 @@ def manifest_document(model_id: str, revision: str, source: str, files: List[Rem
     entries = []
     for f in files:
         stat = os.stat(os.path.join(dest, f.path))
-        entries.append({"path": f.path, "size": f.size, "sha256": f.sha256, "mtime_ns": stat.st_mtime_ns})
+        entry = {"path": f.path, "size": f.size, "sha256": f.sha256, "mtime_ns": stat.st_mtime_ns}
+        if f.git_sha1:
+            entry["git_sha1"] = f.git_sha1
+        entries.append(entry)
     return {"model": model_id, "revision": revision, "source": source, "files": entries,
             "total_bytes": sum(f.size for f in files)}
 

@@ -10,9 +10,11 @@ short_description: Fetch a model snapshot once, verify it against the hub's list
 version_added: 0.1.0
 description:
   - Keeps a model folder equal to one revision of a model on ModelScope (the real C(modelscope) SDK
-    does the downloading) or in a local folder (air-gapped fleets).
+    does the downloading), on the Hugging Face Hub (the real C(huggingface_hub) client), on a web
+    mirror or peer, or in a local folder (air-gapped fleets).
   - Writes a manifest (C(.llmfleet-manifest.json), path, size, sha256, revision) from the hub's own
-    file listing. Every run verifies the folder against it, by size and recorded mtime (fast) or by
+    file listing (on Hugging Face, files outside LFS are listed by their git blob id, which is checked
+    instead). Every run verifies the folder against it, by size and recorded mtime (fast) or by
     re-hashing every file (O(verify=full)), and fetches only files that are missing or corrupt. Partial
     files are resumed by the SDK with HTTP ranges.
   - Checks the free disk space before downloading. Check mode reports what would be fetched and its size.
@@ -24,9 +26,10 @@ options:
     type: str
     required: true
   revision:
-    description: Branch, tag or commit. A branch draws a warning; production fleets pin a tag or commit.
+    description:
+      - Branch, tag or commit. A branch draws a warning; production fleets pin a tag or commit.
+      - By default C(master) on ModelScope and C(main) on Hugging Face.
     type: str
-    default: master
   dest:
     description: The model folder.
     type: path
@@ -34,16 +37,21 @@ options:
   source:
     description:
       - Where the files come from. V(modelscope) is the hub (or a mirror of its API) through the real SDK.
+      - V(huggingface) is the Hugging Face Hub (or a mirror of its API such as hf-mirror.com) through C(huggingface_hub).
       - V(http) is a web server (or a peer host) serving a folder that model_fetch already filled, with its
         manifest; files resume with HTTP ranges and are checked against the manifest's sha256.
       - V(path) is a folder on the host (air-gapped fleets).
     type: str
-    choices: [modelscope, http, path]
+    choices: [modelscope, huggingface, http, path]
     default: modelscope
   endpoint:
-    description: Hub address (a mirror, or a stand-in in tests); passed to the SDK as its endpoint.
+    description:
+      - Hub address (a mirror, or a stand-in in tests); passed to the SDK as its endpoint.
+      - By default C(https://modelscope.cn) for V(modelscope) and C(https://huggingface.co) for V(huggingface).
     type: str
-    default: https://modelscope.cn
+  token:
+    description: Access token for gated or private models on the Hugging Face Hub (passed to the client as C(HF_TOKEN)).
+    type: str
   source_path:
     description: With O(source=path), the folder to copy from.
     type: path
@@ -80,8 +88,8 @@ options:
     type: path
   sdk_python:
     description:
-      - Interpreter that has the modelscope SDK (a venv's python); the download runs in it as a child
-        process. By default the interpreter running the module.
+      - Interpreter that has the hub's SDK (modelscope or huggingface_hub; a venv's python); the download
+        runs in it as a child process. By default the interpreter running the module.
     type: path
 attributes:
   check_mode:
@@ -95,6 +103,7 @@ attributes:
     support: full
 requirements:
   - the C(modelscope) Python package for O(source=modelscope), importable by O(sdk_python)
+  - the C(huggingface_hub) Python package for O(source=huggingface), importable by O(sdk_python)
 """
 
 EXAMPLES = r"""
@@ -102,6 +111,14 @@ EXAMPLES = r"""
   llmfleet.serving.model_fetch:
     model_id: Qwen/Qwen3-0.6B
     revision: v1.0
+    dest: /models/Qwen3-0.6B
+
+- name: From the Hugging Face Hub through a mirror, pinned to a commit
+  llmfleet.serving.model_fetch:
+    model_id: Qwen/Qwen3-0.6B
+    source: huggingface
+    endpoint: https://hf-mirror.com
+    revision: c1899de289a04d12100db370d81485cdf75e47ca
     dest: /models/Qwen3-0.6B
 
 - name: Only what the planner needs, before the weights move
@@ -158,16 +175,21 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
     MANIFEST, RemoteFile, StoreError, bytes_to_fetch, bytes_under, check, check_space, files_from_manifest, manifest_document,
-    parse_listing, revision_warning, select, sha256_of, write_manifest,
+    parse_hf_tree, parse_listing, revision_warning, select, sha256_of, write_manifest,
 )
 
+# The same call in both SDKs. huggingface_hub resumes a file from DEST/.cache/huggingface/download/<path>.incomplete,
+# modelscope from DEST/<path>.incomplete (or its cache), each with a Range request.
 SDK_CALL = (
     "import json, sys\n"
-    "from modelscope import snapshot_download\n"
+    "from {package} import snapshot_download\n"
     "a = json.loads(sys.argv[1])\n"
     "snapshot_download(a['model_id'], revision=a['revision'], local_dir=a['dest'], allow_patterns=a['files'],\n"
     "                  max_workers=a['workers'], endpoint=a['endpoint'])\n"
 )
+SDK_PACKAGE = {"modelscope": "modelscope", "huggingface": "huggingface_hub"}
+DEFAULTS = {"modelscope": ("https://modelscope.cn", "master"), "huggingface": ("https://huggingface.co", "main")}
+HF_CACHE = os.path.join(".cache", "huggingface")
 
 
 def hub_listing(endpoint, model_id, revision):
@@ -192,6 +214,36 @@ def hub_listing(endpoint, model_id, revision):
     return parse_listing(body, model_id)
 
 
+def hf_listing(endpoint, model_id, revision, token):
+    """Every file of a revision from the Hugging Face Hub's tree API (paginated through `Link: <...>; rel="next"`)."""
+    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/tree/{quote(revision, safe='')}?recursive=True"
+    headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    entries = []
+    while url:
+        try:
+            answer = open_url(url, timeout=60, headers=headers)
+            entries += json.loads(answer.read())
+        except HTTPError as exc:
+            code = exc.headers.get("X-Error-Code", "") if exc.headers else ""
+            if code == "RevisionNotFound":
+                raise StoreError(f"{endpoint} has {model_id} but no revision {revision!r}: check the branch, tag or commit") from None
+            if code == "RepoNotFound" or exc.code == 404:
+                raise StoreError(f"{endpoint} has no model {model_id} (or it is private and no token was given): "
+                                 "check the model id, or set model_store_hf_token") from None
+            if exc.code in (401, 403):
+                raise StoreError(f"{endpoint} refused the listing of {model_id} ({exc.code}): the model is gated or private; "
+                                 "accept its licence on the hub and set model_store_hf_token") from None
+            raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}@{revision}") from None
+        except (URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise StoreError(f"cannot reach {endpoint} ({reason}): check the endpoint, a mirror (hf-mirror.com), or the host's network") from None
+        except ValueError:
+            raise StoreError(f"{endpoint} sent a file listing for {model_id} that is not JSON") from None
+        links = [part.split(";")[0].strip(" <>") for part in (answer.headers.get("Link") or "").split(",") if 'rel="next"' in part]
+        url = links[0] if links else None
+    return parse_hf_tree(entries, model_id)
+
+
 def local_listing(source_path):
     if not source_path or not os.path.isdir(source_path):
         raise StoreError(f"source_path {source_path!r} is not a folder on this host")
@@ -200,7 +252,7 @@ def local_listing(source_path):
         for name in sorted(names):
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, source_path)
-            if rel == MANIFEST or name.endswith(".incomplete"):
+            if rel == MANIFEST or name.endswith(".incomplete") or rel.startswith(HF_CACHE + os.sep):
                 continue
             files.append(RemoteFile(rel, os.path.getsize(full), sha256_of(full)))
     return sorted(files, key=lambda f: f.path)
@@ -266,21 +318,26 @@ def existing_parent(path):
     return path
 
 
-def run_sdk(module, params, paths, log_file):
+def run_sdk(params, paths, log_file):
+    source = params["source"]
     args = {"model_id": params["model_id"], "revision": params["revision"], "dest": params["dest"], "files": paths,
             "workers": params["workers"], "endpoint": params["endpoint"]}
-    env = dict(os.environ, MODELSCOPE_ENDPOINT=params["endpoint"].rstrip("/"), MODELSCOPE_DOWNLOAD_INTRA_CLOUD="false")
+    env = dict(os.environ, MODELSCOPE_ENDPOINT=params["endpoint"].rstrip("/"), MODELSCOPE_DOWNLOAD_INTRA_CLOUD="false") \
+        if source == "modelscope" else dict(os.environ, HF_ENDPOINT=params["endpoint"].rstrip("/"), HF_HUB_DISABLE_TELEMETRY="1")
+    if params["token"] and source == "huggingface":
+        env["HF_TOKEN"] = params["token"]
+    python = params["sdk_python"] or sys.executable
     with open(log_file, "ab") as log:
-        python = params["sdk_python"] or sys.executable
-        proc = subprocess.run([python, "-c", SDK_CALL, json.dumps(args)], stdout=log, stderr=log, env=env, check=False)
+        proc = subprocess.run([python, "-c", SDK_CALL.format(package=SDK_PACKAGE[source]), json.dumps(args)],
+                              stdout=log, stderr=log, env=env, check=False)
     if proc.returncode != 0:
         with open(log_file, "rb") as handle:
             tail = handle.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
-        if tail and "No module named 'modelscope'" in tail[-1]:
-            raise StoreError(f"the modelscope SDK is not importable by {params['sdk_python'] or sys.executable}: "
+        if tail and f"No module named '{SDK_PACKAGE[source]}'" in tail[-1]:
+            raise StoreError(f"the {SDK_PACKAGE[source]} SDK is not importable by {python}: "
                              "the model_store role installs it in a venv (sdk_python)")
         errors = [line.strip() for line in tail if "Error" in line or line.strip().startswith("- ")]
-        raise StoreError(f"the modelscope SDK failed to fetch {params['model_id']}@{params['revision']}: "
+        raise StoreError(f"the {SDK_PACKAGE[source]} SDK failed to fetch {params['model_id']}@{params['revision']}: "
                          + " | ".join(errors[-3:] or tail[-2:]) + f" (full log: {log_file}); re-run to resume")
 
 
@@ -288,11 +345,12 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             model_id=dict(type="str", required=True),
-            revision=dict(type="str", default="master"),
+            revision=dict(type="str"),
             dest=dict(type="path", required=True),
-            source=dict(type="str", choices=["modelscope", "http", "path"], default="modelscope"),
+            source=dict(type="str", choices=["modelscope", "huggingface", "http", "path"], default="modelscope"),
             url=dict(type="str"),
-            endpoint=dict(type="str", default="https://modelscope.cn"),
+            endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
             source_path=dict(type="path"),
             allow_patterns=dict(type="list", elements="str"),
             ignore_patterns=dict(type="list", elements="str"),
@@ -308,12 +366,18 @@ def main():
     )
     p = module.params
     dest = p["dest"]
-    warning = revision_warning(p["revision"]) if p["source"] == "modelscope" else None
+    endpoint, branch = DEFAULTS.get(p["source"], (None, "master"))
+    p["endpoint"] = p["endpoint"] or endpoint
+    p["revision"] = p["revision"] or branch
+    hub = p["source"] in SDK_PACKAGE
+    warning = revision_warning(p["revision"]) if hub else None
     if warning:
         module.warn(warning)
     try:
         if p["source"] == "modelscope":
             remote = hub_listing(p["endpoint"], p["model_id"], p["revision"])
+        elif p["source"] == "huggingface":
+            remote = hf_listing(p["endpoint"], p["model_id"], p["revision"], p["token"])
         elif p["source"] == "http":
             remote = http_listing(p["url"])
         else:
@@ -333,10 +397,12 @@ def main():
         if module.check_mode:
             module.exit_json(**result)
         os.makedirs(dest, exist_ok=True)
+        for rel in repaired:  # a file that does not match is fetched whole (an SDK may trust a file it finds in place)
+            os.remove(os.path.join(dest, rel))
         if to_fetch:
-            if p["source"] == "modelscope":
+            if hub:
                 log_file = p["log_file"] or dest.rstrip("/") + ".download.log"
-                run_sdk(module, p, to_fetch, log_file)
+                run_sdk(p, to_fetch, log_file)
             elif p["source"] == "http":
                 result["bytes_fetched"] = http_fetch(p["url"], dest, files, to_fetch)
             else:

@@ -9,6 +9,7 @@ append the numbers to OUT/results.json (written after every run, so a cut call k
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -125,6 +126,11 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, sav
     return results
 
 
+def write_results(path: str, results: list) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--carry", required=True)
@@ -165,10 +171,7 @@ def main() -> int:
                  "caches": "shared" if args.shared_caches else "fresh", "engine_log": parse_log(text), "planned": run.get("planned", {})}
         results.append(entry)
 
-        def save(results=results):
-            with open(results_path, "w", encoding="utf-8") as handle:
-                json.dump(results, handle, indent=1)
-
+        save = functools.partial(write_results, results_path, results)
         save()
         if ready > 0 and not args.no_bench:
             entry["warmup_s"] = warm_up(run, model_dir, env, args.out)

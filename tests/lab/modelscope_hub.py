@@ -1,4 +1,4 @@
-"""A local STAND-IN for the ModelScope hub (modelscope.cn cannot be reached from the lab).
+"""A local STAND-IN for the ModelScope hub and the Hugging Face Hub (neither can be reached from the lab).
 
 It serves the part of the hub's HTTP API that the real `modelscope` SDK calls to download a
 snapshot (shared/MODELSCOPE.md, seen working with modelscope 1.40.2 / modelscope-hub 0.5.1):
@@ -7,6 +7,18 @@ snapshot (shared/MODELSCOPE.md, seen working with modelscope 1.40.2 / modelscope
     GET /api/v1/models/{owner}/{name}/repo?Revision=R&FilePath=P             file bytes, with Range (206) support
     GET /api/v1/repos/internalAccelerationInfo                              404
     GET /api/v1/models/{owner}/{name}/revisions                              branches and tags (older SDKs)
+
+and the part of the Hugging Face Hub's API that the real `huggingface_hub` client (2.4) calls in
+`snapshot_download(local_dir=...)`, the same models under the same folders:
+
+    GET  /api/models/{owner}/{name}/revision/{R}             repo info: `sha` (the commit R resolves to), siblings
+    GET  /api/models/{owner}/{name}/tree/{R}?recursive=True  files: path, size, oid (git blob sha1), lfs {oid: sha256, size}
+    HEAD /{owner}/{name}/resolve/{R}/{path}                  X-Repo-Commit, ETag (sha256 for LFS files, else the blob sha1), size
+    GET  /{owner}/{name}/resolve/{R}/{path}                  file bytes, with Range (206) support
+
+Errors carry the hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound), which the client
+maps to its exceptions. A revision's commit is sha1("owner/name/revision"); either name works.
+No Xet headers are sent, so the client takes its plain HTTP path.
 
 and, standing in for a peer host's or a mirror's web server, plain files under ROOT with Range:
 
@@ -65,6 +77,40 @@ class Hub:
             self._sha[key] = digest.hexdigest()
         return self._sha[key]
 
+    def commit(self, owner: str, name: str, revision: str) -> str:
+        return hashlib.sha1(f"{owner}/{name}/{revision}".encode()).hexdigest()  # noqa: S324 - an id, not security
+
+    def hf_revision(self, owner: str, name: str, revision: str) -> Optional[Tuple[str, str]]:
+        """(folder, commit) for a revision name or a commit id."""
+        model_root = os.path.join(self.root, owner, name)
+        for rev in sorted(os.listdir(model_root)):
+            if os.path.isdir(os.path.join(model_root, rev)) and revision in (rev, self.commit(owner, name, rev)):
+                return os.path.join(model_root, rev), self.commit(owner, name, rev)
+        return None
+
+    def blob_sha1(self, path: str) -> str:
+        digest = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())  # noqa: S324 - git's object id
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+    def hf_tree(self, repo: str) -> list:
+        entries = []
+        for dirpath, dirnames, filenames in os.walk(repo):
+            dirnames.sort()
+            rel_dir = os.path.relpath(dirpath, repo)
+            for d in dirnames:
+                entries.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": os.path.normpath(os.path.join(rel_dir, d))})
+            for f in sorted(filenames):
+                full = os.path.join(dirpath, f)
+                size = HUGE if self.faults.get("huge") == os.path.normpath(os.path.join(rel_dir, f)) else os.path.getsize(full)
+                entry = {"type": "file", "oid": self.blob_sha1(full), "size": size, "path": os.path.normpath(os.path.join(rel_dir, f))}
+                if size > 1 << 20:  # large files live in LFS: the listing names their sha256
+                    entry["lfs"] = {"oid": self.sha256(full), "size": size, "pointerSize": 134}
+                entries.append(entry)
+        return entries
+
     def listing(self, repo: str) -> list:
         entries = []
         for dirpath, dirnames, filenames in os.walk(repo):
@@ -119,9 +165,76 @@ def make_handler(hub: Hub):
                 return self.send_json(200, b"{}")
             return self.error(404, "no such route")
 
+        def hf_error(self, status: int, code: str, message: str) -> None:
+            body = json.dumps({"error": message}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Error-Code", code)
+            self.send_header("X-Error-Message", message)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def huggingface(self, url) -> bool:
+            """The Hugging Face routes; False when the path is not one of them."""
+            api = re.fullmatch(r"/api/models/([\w.-]+)/([\w.-]+)/(revision|tree)/([^/]+)(/.*)?", url.path)
+            resolve = re.fullmatch(r"/([\w.-]+)/([\w.-]+)/resolve/([^/]+)/(.+)", url.path)
+            if not api and not resolve:
+                return False
+            owner, name, revision = (api.group(1), api.group(2), unquote(api.group(4))) if api else \
+                (resolve.group(1), resolve.group(2), unquote(resolve.group(3)))
+            record = {"client": self.client_address[0], "path": url.path, "method": self.command, "range": self.headers.get("Range")}
+            with hub.lock:
+                hub.requests.append(record)
+            if not os.path.isdir(os.path.join(hub.root, owner, name)):
+                self.hf_error(404, "RepoNotFound", f"Repository Not Found for url: {url.path}")
+                return True
+            found = hub.hf_revision(owner, name, revision)
+            if found is None:
+                self.hf_error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                return True
+            repo, commit = found
+            if api and api.group(3) == "revision":
+                files = [e["path"] for e in hub.hf_tree(repo) if e["type"] == "file"]
+                self.send_json(200, json.dumps({"_id": commit[:24], "id": f"{owner}/{name}", "modelId": f"{owner}/{name}", "sha": commit,
+                                                "private": False, "disabled": False, "gated": False, "downloads": 0, "likes": 0,
+                                                "tags": [], "lastModified": "2026-11-01T00:00:00.000Z",
+                                                "siblings": [{"rfilename": f} for f in files]}).encode())
+                return True
+            if api:
+                prefix = (api.group(5) or "").strip("/")
+                tree = [e for e in hub.hf_tree(repo) if not prefix or e["path"].startswith(prefix + "/")]
+                self.send_json(200, json.dumps(tree).encode())
+                return True
+            rel = unquote(resolve.group(4))
+            full = os.path.normpath(os.path.join(repo, rel))
+            if not full.startswith(repo + os.sep) or not os.path.isfile(full):
+                self.hf_error(404, "EntryNotFound", f"{rel} does not exist at revision {revision}")
+                return True
+            size = os.path.getsize(full)
+            etag = hub.sha256(full) if size > 1 << 20 else hub.blob_sha1(full)
+            extra = {"X-Repo-Commit": commit, "ETag": f'"{etag}"'}
+            if self.command == "HEAD":
+                self.send_response(200)
+                for key, value in extra.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(size))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                return True
+            record["sent"] = self.send_file(repo, rel, extra)
+            return True
+
+        def do_HEAD(self):  # noqa: N802
+            if not self.huggingface(urlparse(self.path)):
+                self.hf_error(404, "EntryNotFound", "no such route")
+
         def do_GET(self):  # noqa: N802
             url = urlparse(self.path)
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            if self.huggingface(url):
+                return None
             if url.path == "/_stats":
                 with hub.lock:
                     stats = {"served": dict(hub.served), "by_path": dict(hub.by_path), "requests": list(hub.requests)}
@@ -157,10 +270,12 @@ def make_handler(hub: Hub):
                 return self.send_file(repo, unquote(query.get("FilePath", "")))
             return self.send_json(200, envelope({"Id": f"{owner}/{name}", "Name": name}))
 
-        def send_file(self, repo: str, rel: str) -> None:
+        def send_file(self, repo: str, rel: str, extra: Optional[Dict[str, str]] = None) -> int:
+            """Send a file (or the asked range); returns the bytes sent."""
             full = os.path.normpath(os.path.join(repo, rel))
             if not full.startswith(repo + os.sep) or not os.path.isfile(full):
-                return self.error(404, f"file {rel} does not exist")
+                self.error(404, f"file {rel} does not exist")
+                return 0
             size = os.path.getsize(full)
             start = 0
             ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "") or "")
@@ -173,7 +288,7 @@ def make_handler(hub: Hub):
                     self.send_header("Content-Range", f"bytes */{size}")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                    return None
+                    return 0
             length = end - start + 1
             with hub.lock:
                 truncate = hub.faults["truncate"].get(rel, 0) > 0
@@ -182,6 +297,8 @@ def make_handler(hub: Hub):
             self.send_response(206 if ranged else 200)
             self.send_header("Content-Length", str(length))
             self.send_header("Accept-Ranges", "bytes")
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
             if ranged:
                 self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
             self.end_headers()
@@ -203,7 +320,7 @@ def make_handler(hub: Hub):
                 hub.by_path[rel] = hub.by_path.get(rel, 0) + sent
             if truncate:
                 self.close_connection = True
-            return None
+            return sent
 
     return Handler
 

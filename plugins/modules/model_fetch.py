@@ -192,12 +192,24 @@ DEFAULTS = {"modelscope": ("https://modelscope.cn", "master"), "huggingface": ("
 HF_CACHE = os.path.join(".cache", "huggingface")
 
 
-def hub_listing(endpoint, model_id, revision):
-    url = f"{endpoint.rstrip('/')}/api/v1/models/{model_id}/repo/files?Revision={quote(revision)}&Recursive=True"
+def get_json(url, endpoint, model_id, headers, http_error):
+    """GET a hub's JSON answer: (body, response headers). An HTTP error goes to http_error(exc), which
+    raises the hub-specific sentence; no answer or no JSON are said here, the same for every hub."""
     try:
-        answer = open_url(url, timeout=60, headers={"Accept": "application/json"})
-        body = json.loads(answer.read())
+        answer = open_url(url, timeout=60, headers=headers)
+        return json.loads(answer.read()), answer.headers
     except HTTPError as exc:
+        http_error(exc)
+        raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}") from None
+    except (URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StoreError(f"cannot reach {endpoint} ({reason}): check the endpoint, a mirror, or the host's network") from None
+    except ValueError:
+        raise StoreError(f"{endpoint} sent a file listing for {model_id} that is not JSON") from None
+
+
+def hub_listing(endpoint, model_id, revision):
+    def http_error(exc):
         try:
             message = json.loads(exc.read()).get("Message", "")
         except ValueError:
@@ -206,40 +218,32 @@ def hub_listing(endpoint, model_id, revision):
             raise StoreError(f"{endpoint} has no {model_id} at revision {revision!r}"
                              + (f" ({message})" if message else "") + ": check the model id and the revision") from None
         raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}@{revision}: {message or exc.reason}") from None
-    except (URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise StoreError(f"cannot reach {endpoint} ({reason}): check the endpoint, a mirror, or the host's network") from None
-    except ValueError:
-        raise StoreError(f"{endpoint} sent a file listing for {model_id} that is not JSON") from None
+
+    url = f"{endpoint.rstrip('/')}/api/v1/models/{model_id}/repo/files?Revision={quote(revision)}&Recursive=True"
+    body, _headers = get_json(url, endpoint, model_id, {"Accept": "application/json"}, http_error)
     return parse_listing(body, model_id)
 
 
 def hf_listing(endpoint, model_id, revision, token):
     """Every file of a revision from the Hugging Face Hub's tree API (paginated through `Link: <...>; rel="next"`)."""
+    def http_error(exc):
+        code = exc.headers.get("X-Error-Code", "") if exc.headers else ""
+        if code == "RevisionNotFound":
+            raise StoreError(f"{endpoint} has {model_id} but no revision {revision!r}: check the branch, tag or commit") from None
+        if code == "RepoNotFound" or exc.code == 404:
+            raise StoreError(f"{endpoint} has no model {model_id} (or it is private and no token was given): "
+                             "check the model id, or set model_store_hf_token") from None
+        if exc.code in (401, 403):
+            raise StoreError(f"{endpoint} refused the listing of {model_id} ({exc.code}): the model is gated or private; "
+                             "accept its licence on the hub and set model_store_hf_token") from None
+
     url = f"{endpoint.rstrip('/')}/api/models/{model_id}/tree/{quote(revision, safe='')}?recursive=True"
     headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     entries = []
     while url:
-        try:
-            answer = open_url(url, timeout=60, headers=headers)
-            entries += json.loads(answer.read())
-        except HTTPError as exc:
-            code = exc.headers.get("X-Error-Code", "") if exc.headers else ""
-            if code == "RevisionNotFound":
-                raise StoreError(f"{endpoint} has {model_id} but no revision {revision!r}: check the branch, tag or commit") from None
-            if code == "RepoNotFound" or exc.code == 404:
-                raise StoreError(f"{endpoint} has no model {model_id} (or it is private and no token was given): "
-                                 "check the model id, or set model_store_hf_token") from None
-            if exc.code in (401, 403):
-                raise StoreError(f"{endpoint} refused the listing of {model_id} ({exc.code}): the model is gated or private; "
-                                 "accept its licence on the hub and set model_store_hf_token") from None
-            raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}@{revision}") from None
-        except (URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise StoreError(f"cannot reach {endpoint} ({reason}): check the endpoint, a mirror (hf-mirror.com), or the host's network") from None
-        except ValueError:
-            raise StoreError(f"{endpoint} sent a file listing for {model_id} that is not JSON") from None
-        links = [part.split(";")[0].strip(" <>") for part in (answer.headers.get("Link") or "").split(",") if 'rel="next"' in part]
+        body, answer_headers = get_json(url, endpoint, model_id, headers, http_error)
+        entries += body if isinstance(body, list) else [body]
+        links = [part.split(";")[0].strip(" <>") for part in (answer_headers.get("Link") or "").split(",") if 'rel="next"' in part]
         url = links[0] if links else None
     return parse_hf_tree(entries, model_id)
 

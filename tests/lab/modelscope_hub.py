@@ -95,34 +95,38 @@ class Hub:
                 digest.update(block)
         return digest.hexdigest()
 
-    def hf_tree(self, repo: str) -> list:
-        entries = []
+    def walk(self, repo: str):
+        """(relative path, full path or None for a folder, size), folders first in each folder, sorted."""
         for dirpath, dirnames, filenames in os.walk(repo):
             dirnames.sort()
             rel_dir = os.path.relpath(dirpath, repo)
             for d in dirnames:
-                entries.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": os.path.normpath(os.path.join(rel_dir, d))})
+                yield os.path.normpath(os.path.join(rel_dir, d)), None, 0
             for f in sorted(filenames):
                 full = os.path.join(dirpath, f)
-                size = HUGE if self.faults.get("huge") == os.path.normpath(os.path.join(rel_dir, f)) else os.path.getsize(full)
-                entry = {"type": "file", "oid": self.blob_sha1(full), "size": size, "path": os.path.normpath(os.path.join(rel_dir, f))}
-                if size > 1 << 20:  # large files live in LFS: the listing names their sha256
-                    entry["lfs"] = {"oid": self.sha256(full), "size": size, "pointerSize": 134}
-                entries.append(entry)
+                rel = os.path.normpath(os.path.join(rel_dir, f))
+                yield rel, full, HUGE if self.faults.get("huge") == rel else os.path.getsize(full)
+
+    def hf_tree(self, repo: str) -> list:
+        entries = []
+        for rel, full, size in self.walk(repo):
+            if full is None:
+                entries.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": rel})
+                continue
+            entry = {"type": "file", "oid": self.blob_sha1(full), "size": size, "path": rel}
+            if size > 1 << 20:  # large files live in LFS: the listing names their sha256
+                entry["lfs"] = {"oid": self.sha256(full), "size": size, "pointerSize": 134}
+            entries.append(entry)
         return entries
 
     def listing(self, repo: str) -> list:
         entries = []
-        for dirpath, dirnames, filenames in os.walk(repo):
-            dirnames.sort()
-            rel_dir = os.path.relpath(dirpath, repo)
-            for d in dirnames:
-                entries.append({"Path": os.path.normpath(os.path.join(rel_dir, d)), "Name": d, "Type": "tree", "Size": 0})
-            for f in sorted(filenames):
-                full = os.path.join(dirpath, f)
-                rel = os.path.normpath(os.path.join(rel_dir, f))
-                size = HUGE if self.faults.get("huge") == rel else os.path.getsize(full)
-                entries.append({"Path": rel, "Name": f, "Type": "blob", "Size": size, "Sha256": self.sha256(full), "IsLFS": size > 1 << 20})
+        for rel, full, size in self.walk(repo):
+            if full is None:
+                entries.append({"Path": rel, "Name": os.path.basename(rel), "Type": "tree", "Size": 0})
+            else:
+                entries.append({"Path": rel, "Name": os.path.basename(rel), "Type": "blob", "Size": size, "Sha256": self.sha256(full),
+                                "IsLFS": size > 1 << 20})
         return entries
 
 

@@ -92,6 +92,15 @@ def parse_hf_tree(entries: Any, model_id: str) -> List[RemoteFile]:
     return sorted(out, key=lambda f: f.path)
 
 
+def next_page(link_header: Optional[str]) -> Optional[str]:
+    """The `rel="next"` URL of an RFC 8288 Link header (how the Hugging Face Hub pages long listings)."""
+    for part in (link_header or "").split(","):
+        target, _sep, params = part.partition(";")
+        if any(p.strip().replace(" ", "") in ('rel="next"', "rel=next") for p in params.split(";")):
+            return target.strip().strip("<>") or None
+    return None
+
+
 def files_from_manifest(document: Any, where: str) -> List[RemoteFile]:
     """The file list of a mirror: another host's (or a web server's) copy of our manifest."""
     entries = document.get("files") if isinstance(document, Mapping) else None

@@ -175,7 +175,7 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
     MANIFEST, RemoteFile, StoreError, bytes_to_fetch, bytes_under, check, check_space, files_from_manifest, manifest_document,
-    parse_hf_tree, parse_listing, revision_warning, select, sha256_of, write_manifest,
+    next_page, parse_hf_tree, parse_listing, revision_warning, select, sha256_of, write_manifest,
 )
 
 # The same call in both SDKs. huggingface_hub resumes a file from DEST/.cache/huggingface/download/<path>.incomplete,
@@ -243,8 +243,7 @@ def hf_listing(endpoint, model_id, revision, token):
     while url:
         body, answer_headers = get_json(url, endpoint, model_id, headers, http_error)
         entries += body if isinstance(body, list) else [body]
-        links = [part.split(";")[0].strip(" <>") for part in (answer_headers.get("Link") or "").split(",") if 'rel="next"' in part]
-        url = links[0] if links else None
+        url = next_page(answer_headers.get("Link"))
     return parse_hf_tree(entries, model_id)
 
 

@@ -29,6 +29,7 @@ listed in ROOT/{owner}/{name}/tags.txt. For tests it also counts the bytes it se
 address and per file (GET /_stats, POST /_reset), and takes fault flags (POST /_faults with JSON):
   {"truncate": {"path": N}}   the next N answers for that path send half the body, then close
   {"huge": "path"}            the listing advertises that path as 64 TiB (disk-space checks)
+  {"page": N}                 the Hugging Face tree answers N entries a page, with a `Link: ...; rel="next"`
 
     python tests/lab/modelscope_hub.py ROOT [--port 0] [--bind 127.0.0.1]   (prints "PORT <n>")
 """
@@ -58,7 +59,7 @@ class Hub:
         self.served: Dict[str, int] = {}
         self.by_path: Dict[str, int] = {}
         self.requests: list = []
-        self.faults: dict = {"truncate": {}, "huge": None}
+        self.faults: dict = {"truncate": {}, "huge": None, "page": 0}
         self.rate = 0
         self._sha: Dict[Tuple[str, float, int], str] = {}
 
@@ -141,9 +142,11 @@ def make_handler(hub: Hub):
         def log_message(self, fmt, *args):  # quiet; tests read /_stats
             return
 
-        def send_json(self, status: int, body: bytes) -> None:
+        def send_json(self, status: int, body: bytes, extra: Optional[Dict[str, str]] = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -159,13 +162,15 @@ def make_handler(hub: Hub):
                     hub.served.clear()
                     hub.by_path.clear()
                     hub.requests.clear()
-                    hub.faults = {"truncate": {}, "huge": None}
+                    hub.faults = {"truncate": {}, "huge": None, "page": 0}
                 return self.send_json(200, b"{}")
             if self.path == "/_faults":
                 with hub.lock:
                     hub.faults["truncate"].update(body.get("truncate", {}))
                     if "huge" in body:
                         hub.faults["huge"] = body["huge"]
+                    if "page" in body:
+                        hub.faults["page"] = int(body["page"])
                 return self.send_json(200, b"{}")
             return self.error(404, "no such route")
 
@@ -186,6 +191,7 @@ def make_handler(hub: Hub):
             resolve = re.fullmatch(r"/([\w.-]+)/([\w.-]+)/resolve/([^/]+)/(.+)", url.path)
             if not api and not resolve:
                 return False
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
             owner, name, revision = (api.group(1), api.group(2), unquote(api.group(4))) if api else \
                 (resolve.group(1), resolve.group(2), unquote(resolve.group(3)))
             record = {"client": self.client_address[0], "path": url.path, "method": self.command, "range": self.headers.get("Range")}
@@ -209,7 +215,11 @@ def make_handler(hub: Hub):
             if api:
                 prefix = (api.group(5) or "").strip("/")
                 tree = [e for e in hub.hf_tree(repo) if not prefix or e["path"].startswith(prefix + "/")]
-                self.send_json(200, json.dumps(tree).encode())
+                page, start = hub.faults.get("page") or len(tree) or 1, int(query.get("cursor", "0"))
+                link = None
+                if start + page < len(tree):  # the hub pages long listings: Link: <...&cursor=N>; rel="next"
+                    link = f'<http://{self.headers.get("Host")}{url.path}?recursive=True&cursor={start + page}>; rel="next"'
+                self.send_json(200, json.dumps(tree[start:start + page]).encode(), {"Link": link} if link else None)
                 return True
             rel = unquote(resolve.group(4))
             full = os.path.normpath(os.path.join(repo, rel))

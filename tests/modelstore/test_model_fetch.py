@@ -219,7 +219,10 @@ def hf_fetch(hub, dest, *extra, **params):
 
 
 def test_hf_check_fetch_idempotent(hub, fresh):
+    """With the listing paged (3 entries a page, as the hub pages long ones): model_fetch and the client
+    both follow the Link header to the last page."""
     total = sum(hub["files"].values())
+    hub_call(hub, "/_faults", {"page": 3})
     predicted = hf_fetch(hub, fresh, "--check")
     assert predicted["changed"] is True and predicted["bytes_fetched"] == total and not fresh.exists()
     first = hf_fetch(hub, fresh)
@@ -228,6 +231,8 @@ def test_hf_check_fetch_idempotent(hub, fresh):
     stats = hub_call(hub, "/_stats")
     assert served(hub) == total, "the first run fetches every byte once"
     assert any(r["path"].startswith("/llmfleet/tiny-qwen3/resolve/") for r in stats["requests"]), "the client used the resolve route"
+    pages = [r for r in stats["requests"] if "/tree/" in r["path"]]
+    assert len(pages) >= 2 * 3, f"{len(pages)} listing pages asked: model_fetch and the client each read all three"
     manifest = {f["path"]: f for f in json.loads((fresh / ".llmfleet-manifest.json").read_text())["files"]}
     assert manifest["model.safetensors"]["sha256"] and len(manifest["config.json"]["git_sha1"]) == 40
     second = hf_fetch(hub, fresh)

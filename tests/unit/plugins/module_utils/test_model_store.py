@@ -161,3 +161,15 @@ def test_check_verifies_git_files_by_their_blob_id(tmp_path):
     ms.write_manifest(str(tmp_path), document)
     assert ms.files_from_manifest(document, "peer") == [good]
     assert ms.check(str(tmp_path), [good], full=False).ok == ["config.json"]
+
+
+@pytest.mark.parametrize("header, url", [
+    ('<https://huggingface.co/api/models/o/m/tree/main?recursive=True&cursor=abc>; rel="next"',
+     "https://huggingface.co/api/models/o/m/tree/main?recursive=True&cursor=abc"),
+    ('<https://h/a?p=1>; rel="prev", <https://h/a?p=3>; rel="next"', "https://h/a?p=3"),
+    ('<https://h/a?p=1>; rel="prev"', None),
+    (None, None),
+    ("", None),
+])
+def test_next_page_follows_the_link_header(header, url):
+    assert ms.next_page(header) == url

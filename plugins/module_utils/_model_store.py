@@ -24,6 +24,20 @@ class StoreError(Exception):
     """One clear sentence: what is wrong and what to do."""
 
 
+# The hubs model_fetch downloads from with their own SDK: where they are, the branch a revision
+# defaults to, the Python package that downloads. The module and the role (filter model_hub) read it here.
+HUBS: Dict[str, Dict[str, str]] = {
+    "modelscope": {"endpoint": "https://modelscope.cn", "revision": "master", "package": "modelscope"},
+    "huggingface": {"endpoint": "https://huggingface.co", "revision": "main", "package": "huggingface_hub"},
+}
+
+
+def hub(source: str) -> Dict[str, str]:
+    if source not in HUBS:
+        raise StoreError(f"model source {source!r} is not a hub: use one of {', '.join(sorted(HUBS))}")
+    return dict(HUBS[source])
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     path: str

@@ -174,7 +174,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
-    MANIFEST, RemoteFile, StoreError, bytes_to_fetch, bytes_under, check, check_space, files_from_manifest, manifest_document,
+    HUBS, MANIFEST, RemoteFile, StoreError, bytes_to_fetch, bytes_under, check, check_space, files_from_manifest, manifest_document,
     next_page, parse_hf_tree, parse_listing, revision_warning, select, sha256_of, write_manifest,
 )
 
@@ -187,8 +187,6 @@ SDK_CALL = (
     "snapshot_download(a['model_id'], revision=a['revision'], local_dir=a['dest'], allow_patterns=a['files'],\n"
     "                  max_workers=a['workers'], endpoint=a['endpoint'])\n"
 )
-SDK_PACKAGE = {"modelscope": "modelscope", "huggingface": "huggingface_hub"}
-DEFAULTS = {"modelscope": ("https://modelscope.cn", "master"), "huggingface": ("https://huggingface.co", "main")}
 HF_CACHE = os.path.join(".cache", "huggingface")
 
 
@@ -329,18 +327,19 @@ def run_sdk(params, paths, log_file):
         if source == "modelscope" else dict(os.environ, HF_ENDPOINT=params["endpoint"].rstrip("/"), HF_HUB_DISABLE_TELEMETRY="1")
     if params["token"] and source == "huggingface":
         env["HF_TOKEN"] = params["token"]
+    package = HUBS[source]["package"]
     python = params["sdk_python"] or sys.executable
     with open(log_file, "ab") as log:
-        proc = subprocess.run([python, "-c", SDK_CALL.format(package=SDK_PACKAGE[source]), json.dumps(args)],
+        proc = subprocess.run([python, "-c", SDK_CALL.format(package=package), json.dumps(args)],
                               stdout=log, stderr=log, env=env, check=False)
     if proc.returncode != 0:
         with open(log_file, "rb") as handle:
             tail = handle.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
-        if tail and f"No module named '{SDK_PACKAGE[source]}'" in tail[-1]:
-            raise StoreError(f"the {SDK_PACKAGE[source]} SDK is not importable by {python}: "
+        if tail and f"No module named '{package}'" in tail[-1]:
+            raise StoreError(f"the {package} SDK is not importable by {python}: "
                              "the model_store role installs it in a venv (sdk_python)")
         errors = [line.strip() for line in tail if "Error" in line or line.strip().startswith("- ")]
-        raise StoreError(f"the {SDK_PACKAGE[source]} SDK failed to fetch {params['model_id']}@{params['revision']}: "
+        raise StoreError(f"the {package} SDK failed to fetch {params['model_id']}@{params['revision']}: "
                          + " | ".join(errors[-3:] or tail[-2:]) + f" (full log: {log_file}); re-run to resume")
 
 
@@ -369,10 +368,9 @@ def main():
     )
     p = module.params
     dest = p["dest"]
-    endpoint, branch = DEFAULTS.get(p["source"], (None, "master"))
-    p["endpoint"] = p["endpoint"] or endpoint
-    p["revision"] = p["revision"] or branch
-    hub = p["source"] in SDK_PACKAGE
+    hub = p["source"] in HUBS
+    p["endpoint"] = p["endpoint"] or (HUBS[p["source"]]["endpoint"] if hub else None)
+    p["revision"] = p["revision"] or (HUBS[p["source"]]["revision"] if hub else "master")
     warning = revision_warning(p["revision"]) if hub else None
     if warning:
         module.warn(warning)

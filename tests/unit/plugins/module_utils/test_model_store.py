@@ -173,3 +173,10 @@ def test_check_verifies_git_files_by_their_blob_id(tmp_path):
 ])
 def test_next_page_follows_the_link_header(header, url):
     assert ms.next_page(header) == url
+
+
+def test_hub_defaults_come_from_one_table():
+    assert ms.hub("huggingface") == {"endpoint": "https://huggingface.co", "revision": "main", "package": "huggingface_hub"}
+    assert ms.hub("modelscope")["revision"] == "master"
+    with pytest.raises(ms.StoreError, match="'http' is not a hub: use one of huggingface, modelscope"):
+        ms.hub("http")

@@ -32,13 +32,16 @@ MIB = 1024 ** 2
 BLOCK_SIZE = 16
 NON_TORCH_GIB = 0.23            # CUDA context, cuBLAS workspaces (0.22-0.24 GiB measured on the H200)
 NCCL_GIB = 0.35                 # NCCL and custom all-reduce buffers per GPU when TP > 1
-CUDAGRAPH_GIB = 1.0             # the largest CUDA-graph reserve (capture sizes up to 512: 1.00 GiB measured, Qwen3-8B, H200)
+CUDAGRAPH_GIB = 1.0             # CUDA graphs at vLLM's defaults (512 sizes: 0.80-1.15 GiB measured on the H200)
 # Calibrated on the H200 with vLLM 0.26 (tests/fixtures/gpu/): what torch sees of a card's memory,
-# CUDA graphs by largest capture size (0.23-0.24 GiB at 128, 1.00 GiB at 512), and the profiler's
+# CUDA graphs by the sizes vLLM captures (FULL_AND_PIECEWISE: a piecewise graph for every capture size
+# up to the largest, a full decode graph for those up to max_num_seqs; "Profiling CUDA graph memory:
+# PIECEWISE=51 (largest=512), FULL=11 (largest=64)"; 0.23-0.31 GiB at 128+64, 0.48 at 512+64, 0.63 at
+# 512+256, 0.80-1.15 at 512+512; the fit is within 0.2 GiB of all of them), and the profiler's
 # activation peak per batched token (Qwen3-8B 1.29 GiB, Qwen3-30B-A3B 0.87 GiB at 8192 tokens,
 # compiled; eager 0.84 / 1.29 of that).
 VISIBLE_FRACTION = 143155 / 143771     # torch's total / nvidia-smi's memory.total on the H200
-GRAPH_GIB_BASE, GRAPH_GIB_PER_SIZE = 0.06, 0.0018
+GRAPH_GIB_BASE, GRAPH_GIB_PER_SIZE = 0.06, 0.0009
 ACT_BYTES_PER_VOCAB, ACT_PER_WIDTH, EAGER_ACT_FACTOR = 0.395, 2.69, 0.65
 CPU_HOST_RESERVE_GIB = 4.0      # what a CPU host keeps for the OS and the API server
 
@@ -339,10 +342,14 @@ def cudagraph_capture_size(m: ModelProfile, vendor: str, version: Version, max_n
     vLLM's default is min(2 x max_num_seqs, 512, max_num_batched_tokens). A MoE model on NVIDIA runs
     its experts through the Triton fused-MoE kernel, one compiled variant per block config (13 for
     Qwen3-30B-A3B's E=128,N=768 table on the H200, chosen by batch size); graph capture compiles the
-    variants of every captured size at start-up, the others compile on first use while serving. On the
-    H200 the plan with max_num_seqs 64 (capture <= 128) stalled in its first batches of 129-768 tokens
-    (TTFT p50 1.1 s against 0.11 s, tests/fixtures/gpu/), so for MoE models the plan keeps vLLM's
-    512 when the flag exists."""
+    variants of every captured size at start-up, the others compile on first use while serving, and
+    batches above the largest size run without graphs. On the H200 with prompts it had not seen
+    (session 5, tests/fixtures/gpu/) a single user's 512-token prompt got its first token after 88 ms
+    p50 / 2.4 s p99 with graphs up to 128 (max_num_seqs 64), 32 ms / 63 ms with graphs up to 512
+    (148 against 227 output tok/s); at concurrency 32 the two were within the spread of repeated runs
+    (1,368 vs 1,329 tok/s), and in session 4 the capture-128 plan stalled there (TTFT p50 1.1 s). The
+    price is 0.24 GiB of graphs, 0.3 % of the KV cache, so for MoE models the plan keeps vLLM's 512
+    when the flag exists."""
     if eager:
         return 0, False
     default = min(2 * max_num_seqs, 512, max_batched)
@@ -368,7 +375,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     non_torch = (NON_TORCH_GIB + (NCCL_GIB if tp > 1 else 0)) * GIB
     if capture is None:
         capture = min(512, 2 * max_num_seqs)
-    graphs = 0.0 if eager else min(CUDAGRAPH_GIB, GRAPH_GIB_BASE + GRAPH_GIB_PER_SIZE * capture) * GIB
+    graphs = 0.0 if eager else (GRAPH_GIB_BASE + GRAPH_GIB_PER_SIZE * (capture + min(capture, max_num_seqs))) * GIB
     counted = graphs if cudagraph_memory_counted(version) else 0.0
     kv = gpu_bytes * util - weights - activation - non_torch - counted
     per_token = kv_bytes_per_token(m, tp, kv_bytes)
@@ -658,7 +665,8 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     if capture_flag:
         ctx.why(f"max_cudagraph_capture_size={capture}",
                 f"a MoE model: vLLM would capture only up to {min(2 * seqs, 512)} tokens (2 x max_num_seqs), and the Triton "
-                "fused-MoE kernels of larger batches would compile while serving (H200: TTFT p50 1.1 s instead of 0.11 s)")
+                "fused-MoE kernels of larger batches would compile while serving (H200, one user, 512-token "
+                "prompts: first token after 88 ms instead of 32 ms; the larger graphs cost about 0.25 GiB)")
     backend, encoder = _attention(m, vendor, cc, version, kv_dtype, ctx, o.get("attention_backend"))
     reasoning, tools = _parsers(m, w, version, ctx, o)
     thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)

@@ -139,6 +139,8 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--no-bench", action="store_true", help="memory numbers only (when device time is short)")
     parser.add_argument("--shared-caches", action="store_true", help="let configurations share compile caches (before session 4)")
+    parser.add_argument("--concurrency", default="", help="only these concurrency steps of each run's sweep, e.g. 32 (a slow "
+                        "hand-flag run whose whole sweep does not fit one call)")
     args = parser.parse_args()
     with open(args.runs, encoding="utf-8") as handle:
         runs = json.load(handle)["runs"]
@@ -149,6 +151,12 @@ def main() -> int:
     for run in runs:
         if wanted and run["label"] not in wanted:
             continue
+        if args.concurrency:
+            steps = [int(c) for c in args.concurrency.split(",")]
+            unknown = sorted(set(steps) - set(run["bench"]["concurrency"]))
+            if unknown:
+                raise SystemExit(f"{run['label']}: its sweep has no concurrency {unknown} (it has {run['bench']['concurrency']})")
+            run = {**run, "bench": {**run["bench"], "concurrency": steps}}
         model_dir = os.path.join(args.carry, "models", run["model_dir"])
         env = dict(os.environ, **run.get("env", {}), VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1",
                    NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")

@@ -131,6 +131,14 @@ def write_results(path: str, results: list) -> None:
         json.dump(results, handle, indent=1)
 
 
+def write_log(logs, title: str, text: str) -> None:
+    """vLLM's memory, graph, compile and error lines of `text` (the last 60) and its last 15 lines."""
+    interesting = [line for line in text.splitlines() if "Capturing CUDA graphs" not in line  # progress bars
+                   and re.search(r"KV cache|memory|Memory|GiB|graph|Error|error|Traceback|ready|compile|non-default|Running:", line)]
+    logs.write(f"===== {title}\n" + "\n".join(interesting[-60:]) + "\n" + "\n".join(text.splitlines()[-15:]) + "\n")
+    logs.flush()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--carry", required=True)
@@ -174,9 +182,11 @@ def main() -> int:
         with open(log_file, "w", encoding="utf-8") as log:
             server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         ready = wait_health(run["port"], server, run.get("startup_budget", 300))
-        text = open(log_file, encoding="utf-8", errors="replace").read()
+        startup = open(log_file, encoding="utf-8", errors="replace").read()
+        # written now, so a call cut during the benchmark still brings the start-up log back
+        write_log(logs, f"{run['label']} (ready {ready:.1f} s)", startup)
         entry = {"label": run["label"], "model": run["model"], "config": run["config"], "args": run["args"], "ready_s": round(ready, 1),
-                 "caches": "shared" if args.shared_caches else "fresh", "engine_log": parse_log(text), "planned": run.get("planned", {})}
+                 "caches": "shared" if args.shared_caches else "fresh", "engine_log": parse_log(startup), "planned": run.get("planned", {})}
         results.append(entry)
 
         save = functools.partial(write_results, results_path, results)
@@ -197,10 +207,7 @@ def main() -> int:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         text = open(log_file, encoding="utf-8", errors="replace").read()
-        interesting = [line for line in text.splitlines() if "Capturing CUDA graphs" not in line  # progress bars
-                       and re.search(r"KV cache|memory|Memory|GiB|graph|Error|error|Traceback|ready|compile|non-default|Running:", line)]
-        logs.write(f"===== {run['label']} (ready {ready:.1f} s)\n" + "\n".join(interesting[-60:]) + "\n" + "\n".join(text.splitlines()[-15:]) + "\n")
-        logs.flush()
+        write_log(logs, f"{run['label']} (serving and shutdown)", text[len(startup):])
         print(json.dumps({k: entry.get(k) for k in ("label", "ready_s", "engine_log")}), flush=True)
         for b in entry.get("bench", []):
             print("   ", json.dumps(b), flush=True)

@@ -237,12 +237,12 @@ def hf_listing(endpoint, model_id, revision, token):
 
     url = f"{endpoint.rstrip('/')}/api/models/{model_id}/tree/{quote(revision, safe='')}?recursive=True"
     headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-    entries = []
+    files = []
     while url:
         body, answer_headers = get_json(url, endpoint, model_id, headers, http_error)
-        entries += body if isinstance(body, list) else [body]
+        files += parse_hf_tree(body, model_id)  # each page must be a list of entries
         url = next_page(answer_headers.get("Link"))
-    return parse_hf_tree(entries, model_id)
+    return sorted(files, key=lambda f: f.path)
 
 
 def local_listing(source_path):

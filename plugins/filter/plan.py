@@ -1,13 +1,11 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the planner: vllm_plan, vllm_plan_table and deployment_models (docs in the sidecar YAML files)."""
+"""Filters over the planner: vllm_plan and vllm_plan_table (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._models import ModelError
-from ansible_collections.llmfleet.serving.plugins.module_utils._models import deployment_models as _deployment_models
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, summary_table
 
 
@@ -25,13 +23,6 @@ def vllm_plan_table(plan):
         raise AnsibleFilterError(f"vllm_plan_table: not a plan ({exc})") from exc
 
 
-def deployment_models(deployments, default_revision="master"):
-    try:
-        return _deployment_models(deployments, str(default_revision))
-    except ModelError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 class FilterModule:
     def filters(self):
-        return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table, "deployment_models": deployment_models}
+        return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table}

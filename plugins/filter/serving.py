@@ -13,7 +13,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
 DEFAULTS = {"runtime": "auto", "state_dir": "/var/lib/llmfleet/vllm", "venv_root": "/opt/llmfleet/vllm",
             "patches_dir": "/opt/llmfleet/patches", "env_dir": "/etc/llmfleet/vllm", "user": "llmfleet-vllm",
             "shm_size": "16g", "ipc_host": False, "restart_policy": "unless-stopped", "entrypoint": ["vllm", "serve"],
-            "hyhal_dir": "/opt/hyhal", "extra_env": {}}
+            "extra_env": {}, "plan_source": "llmfleet_plan"}
 
 
 def vllm_instances(plan, api_key, settings=None):
@@ -24,7 +24,7 @@ def vllm_instances(plan, api_key, settings=None):
     opts.update(settings or {})
     try:
         out = []
-        for inst in plan_instances(plan):
+        for inst in plan_instances(plan, str(opts["plan_source"])):
             runtime = choose_runtime(inst, opts["runtime"])
             name = unit_name(inst)
             host, port = bind_of(inst)
@@ -33,13 +33,14 @@ def vllm_instances(plan, api_key, settings=None):
                     "engine_version": inst["engine_version"], "served_model_name": inst.get("served_model_name"),
                     "url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", "port": port,
                     "startup_budget_s": int(inst.get("startup_budget_s") or 600), "cache_dir": cache_dir,
-                    "model_path": inst.get("model_path"), "patches": list(inst.get("patches") or []),
+                    "model_dir": inst["model_dir"], "os_packages": list(inst["os_packages"]),
+                    "patches": list(inst.get("patches") or []),
                     "plan_hash": inst.get("plan_hash"), "plan": inst}
             if runtime == "docker":
                 item["docker"] = docker_spec(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], api_key=api_key,
                                              shm_size=opts["shm_size"], ipc_host=opts["ipc_host"],
                                              restart_policy=opts["restart_policy"], entrypoint=opts["entrypoint"],
-                                             hyhal_dir=opts["hyhal_dir"], extra_env=opts["extra_env"])
+                                             extra_env=opts["extra_env"])
             else:
                 venv = f"{opts['venv_root']}/{inst['engine_version']}"
                 env_path = f"{opts['env_dir']}/{inst['name']}.env"
@@ -50,8 +51,14 @@ def vllm_instances(plan, api_key, settings=None):
                                                        user=opts["user"])})
             out.append(item)
         return out
-    except (ServingError, KeyError, TypeError, ValueError) as exc:
+    except ServingError as exc:
         raise AnsibleFilterError(f"vllm_instances: {exc}") from exc
+    except KeyError as exc:
+        raise AnsibleFilterError(f"vllm_instances: {opts['plan_source']} lacks the field {exc}: the plan was written by an older "
+                                 "planner or edited by hand; run playbooks/plan.yml again") from exc
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_instances: {opts['plan_source']} holds a value of the wrong kind ({exc}); "
+                                 "run playbooks/plan.yml again") from exc
 
 
 def vllm_stale(present, instances):

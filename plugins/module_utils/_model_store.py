@@ -12,12 +12,14 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 MANIFEST = ".llmfleet-manifest.json"
 CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json")
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
+HF_CACHE = os.path.join(".cache", "huggingface")   # huggingface_hub's partial files and metadata inside a local_dir
 
 
 class StoreError(Exception):
@@ -67,42 +69,64 @@ class Check:
         return sorted(self.missing + self.corrupt)
 
 
-def parse_listing(body: Any, model_id: str) -> List[RemoteFile]:
-    """The hub's `repo/files` answer: `{"Data": {"Files": [...]}}` or a bare list."""
+def _from(model_id: str, where: Optional[str]) -> str:
+    return f"{model_id} from {where}" if where else model_id
+
+
+def _usable(path: Any) -> bool:
+    return isinstance(path, str) and bool(path) and not path.startswith("/") and ".." not in path.split("/")
+
+
+def _size(value: Any) -> Optional[int]:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def parse_listing(body: Any, model_id: str, where: Optional[str] = None) -> List[RemoteFile]:
+    """The hub's `repo/files` answer: `{"Data": {"Files": [...]}}` or a bare list. `where` (the URL) goes into the sentences."""
     data = body.get("Data", body) if isinstance(body, Mapping) else body
     files = data.get("Files") if isinstance(data, Mapping) else data
     if not isinstance(files, list):
-        raise StoreError(f"the hub's file listing for {model_id} is not a list of files")
+        raise StoreError(f"the hub's file listing for {_from(model_id, where)} is not a list of files: "
+                         "check that the endpoint is a ModelScope API (or a mirror of it)")
     out = []
     for entry in files:
         if not isinstance(entry, Mapping) or entry.get("Type") == "tree":
             continue
         path = entry.get("Path") or entry.get("path") or entry.get("Name")
-        if not path or path.startswith("/") or ".." in path.split("/"):
-            raise StoreError(f"the hub's listing for {model_id} has an unusable path {path!r}")
-        if "Size" not in entry:
-            raise StoreError(f"the hub's listing for {model_id} gives no size for {path}")
-        out.append(RemoteFile(path, int(entry["Size"]), (entry.get("Sha256") or "").lower() or None))
+        if not _usable(path):
+            raise StoreError(f"the hub's listing for {_from(model_id, where)} has an unusable path {path!r}: "
+                             "it points outside the model folder; set the endpoint to a hub you trust")
+        size = _size(entry.get("Size"))
+        if size is None:
+            raise StoreError(f"the hub's listing for {_from(model_id, where)} gives no size for {path}: "
+                             "check that the endpoint is a ModelScope API (or a complete mirror of it)")
+        out.append(RemoteFile(path, size, str(entry.get("Sha256") or "").lower() or None))
     return sorted(out, key=lambda f: f.path)
 
 
-def parse_hf_tree(entries: Any, model_id: str) -> List[RemoteFile]:
+def parse_hf_tree(entries: Any, model_id: str, where: Optional[str] = None) -> List[RemoteFile]:
     """The Hugging Face Hub's `tree?recursive=True` answer: LFS files carry their sha256 (`lfs.oid`),
     the others only their git blob id (`oid`)."""
     if not isinstance(entries, list):
-        raise StoreError(f"the hub's file listing for {model_id} is not a list of files")
+        raise StoreError(f"the hub's file listing for {_from(model_id, where)} is not a list of files: "
+                         "check that the endpoint is a Hugging Face Hub API (or a mirror of it)")
     out = []
     for entry in entries:
         if not isinstance(entry, Mapping) or entry.get("type") != "file":
             continue
         path = entry.get("path")
-        if not path or path.startswith("/") or ".." in path.split("/"):
-            raise StoreError(f"the hub's listing for {model_id} has an unusable path {path!r}")
-        if not isinstance(entry.get("size"), int):
-            raise StoreError(f"the hub's listing for {model_id} gives no size for {path}")
+        if not _usable(path):
+            raise StoreError(f"the hub's listing for {_from(model_id, where)} has an unusable path {path!r}: "
+                             "it points outside the model folder; set the endpoint to a hub you trust")
         lfs = entry.get("lfs") if isinstance(entry.get("lfs"), Mapping) else {}
+        size = _size(lfs.get("size", entry.get("size")))
+        if size is None:
+            raise StoreError(f"the hub's listing for {_from(model_id, where)} gives no size for {path}: "
+                             "check that the endpoint is a Hugging Face Hub API (or a complete mirror of it)")
         sha256 = str(lfs.get("oid") or lfs.get("sha256") or "").lower() or None
-        out.append(RemoteFile(path, int(lfs.get("size", entry["size"])), sha256, None if sha256 else (entry.get("oid") or None)))
+        out.append(RemoteFile(path, size, sha256, None if sha256 else (str(entry.get("oid") or "") or None)))
     return sorted(out, key=lambda f: f.path)
 
 
@@ -119,12 +143,12 @@ def files_from_manifest(document: Any, where: str) -> List[RemoteFile]:
     """The file list of a mirror: another host's (or a web server's) copy of our manifest."""
     entries = document.get("files") if isinstance(document, Mapping) else None
     if not isinstance(entries, list) or not entries:
-        raise StoreError(f"{where} is not a model_fetch manifest with files")
+        raise StoreError(f"{where} is not a model_fetch manifest with files: point url at a folder that model_fetch filled")
     out = []
     for entry in entries:
         path = entry.get("path") if isinstance(entry, Mapping) else None
-        if not path or path.startswith("/") or ".." in path.split("/") or not isinstance(entry.get("size"), int):
-            raise StoreError(f"{where} lists an unusable file entry {entry!r}")
+        if not _usable(path) or not isinstance(entry.get("size"), int):
+            raise StoreError(f"{where} lists an unusable file entry {entry!r}: re-run model_fetch into the mirror's folder")
         out.append(RemoteFile(path, entry["size"], entry.get("sha256"), entry.get("git_sha1")))
     return sorted(out, key=lambda f: f.path)
 
@@ -142,6 +166,54 @@ def select(files: Iterable[RemoteFile], allow: Optional[List[str]], ignore: Opti
             continue
         chosen.append(f)
     return chosen
+
+
+def local_listing(source_path: Optional[str]) -> List[RemoteFile]:
+    """The files of a folder on this host (air-gapped fleets), hashed; our manifest, partial files and
+    huggingface_hub's own cache folder are not model files."""
+    if not source_path or not os.path.isdir(source_path):
+        raise StoreError(f"source_path {source_path!r} is not a folder on this host: set it to the folder that holds the model's files")
+    files = []
+    for dirpath, _dirs, names in os.walk(source_path):
+        for name in sorted(names):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, source_path)
+            if rel == MANIFEST or name.endswith(".incomplete") or rel.startswith(HF_CACHE + os.sep):
+                continue
+            files.append(RemoteFile(rel, os.path.getsize(full), sha256_of(full)))
+    return sorted(files, key=lambda f: f.path)
+
+
+def copy_local(source_path: str, dest: str, paths: Iterable[str]) -> None:
+    """Copy files from a folder on this host, each through a partial file renamed into place."""
+    for rel in paths:
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(source_path, rel), target + ".incomplete")
+        os.replace(target + ".incomplete", target)
+
+
+def existing_parent(path: str) -> str:
+    """The folder itself, or its nearest existing parent (where a new folder's bytes would go)."""
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+@dataclass(frozen=True)
+class Plan:
+    to_fetch: List[str]
+    repaired: List[str]
+    needed: int
+
+
+def fetch_plan(dest: str, files: List[RemoteFile], full: bool) -> Plan:
+    """What a run fetches into dest: every file when the folder does not exist, else what check() finds
+    missing or corrupt (less the bytes partial files already hold)."""
+    if not os.path.isdir(dest):
+        return Plan([f.path for f in files], [], sum(f.size for f in files))
+    state = check(dest, files, full)
+    return Plan(state.to_fetch, list(state.corrupt), bytes_to_fetch(files, state))
 
 
 def sha256_of(path: str) -> str:

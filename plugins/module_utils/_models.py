@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2}
@@ -67,11 +67,6 @@ class ModelProfile:
     @property
     def is_hybrid(self) -> bool:
         return self.linear_attention_layers > 0
-
-    def as_dict(self) -> Dict[str, Any]:
-        out = asdict(self)
-        out["is_moe"], out["is_hybrid"] = self.is_moe, self.is_hybrid
-        return out
 
 
 def _get(cfg: Mapping[str, Any], key: str, default: Any = None, required: bool = False, source: str = "config.json") -> Any:
@@ -422,31 +417,6 @@ def resolve_model(spec: Any, local_configs: Optional[Mapping[str, Any]] = None) 
     raise ModelError(f"model must be a catalog id or a mapping, got {spec!r}")
 
 
-def deployment_models(deployments: Any, default_revision: str = "master") -> List[Dict[str, str]]:
-    """The models a host's deployments need on disk: [{id, revision, dir}], each once. A model given
-    by local path is not fetched (it is already there)."""
-    if not isinstance(deployments, list):
-        raise ModelError(f"llmfleet_deployments must be a list, got {deployments!r}")
-    seen: Dict[str, Dict[str, str]] = {}
-    for d in deployments:
-        spec = d.get("model") if isinstance(d, Mapping) else None
-        if isinstance(spec, str):
-            model_id, revision = spec, default_revision
-        elif isinstance(spec, Mapping) and spec.get("id") and not spec.get("path"):
-            model_id, revision = str(spec["id"]), str(spec.get("revision") or default_revision)
-        elif isinstance(spec, Mapping) and spec.get("path"):
-            continue
-        else:
-            raise ModelError(f"deployment {d!r} has no usable model (a catalog id, or {{id:, revision:}})")
-        if "/" not in model_id:
-            raise ModelError(f"model {model_id!r} is not a hub id of the form owner/name")
-        entry = {"id": model_id, "revision": revision, "dir": model_id.rsplit("/", 1)[-1]}
-        if model_id in seen and seen[model_id]["revision"] != revision:
-            raise ModelError(f"{model_id} is wanted at revisions {seen[model_id]['revision']!r} and {revision!r} on one host")
-        seen[model_id] = entry
-    return [seen[k] for k in sorted(seen)]
-
-
 def gdn_state_bytes_per_sequence(m: ModelProfile, tp: int, dtype_bytes: int, spec_tokens: int = 0) -> int:
     """Gated-DeltaNet conv + recurrent state one sequence holds per GPU (vLLM mamba_utils)."""
     if not m.is_hybrid:
@@ -466,9 +436,5 @@ def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
     return m.full_attention_layers * kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_dtype_bytes
 
 
-def catalog_table() -> List[Dict[str, Any]]:
-    return [catalog_profile(i).as_dict() for i in CATALOG_IDS]
-
-
 __all__ = ["ModelProfile", "ModelError", "CATALOG_IDS", "catalog_profile", "resolve_model", "profile_from_config",
-           "profile_from_directory", "kv_bytes_per_token", "gdn_state_bytes_per_sequence", "count_parameters", "field"]
+           "profile_from_directory", "kv_bytes_per_token", "gdn_state_bytes_per_sequence", "count_parameters"]

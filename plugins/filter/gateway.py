@@ -1,0 +1,50 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_addresses and
+gateway_edge (docs in the sidecar YAML files)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
+
+
+def _call(func, *args):
+    try:
+        return func(*args)
+    except gw.GatewayError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+
+
+def gateway_plans(hosts, hostvars, plan_dir):
+    facts = {}
+    for host in hosts:
+        plan = hostvars[host].get("llmfleet_plan") if host in hostvars else None
+        facts[host] = plan
+    return _call(gw.read_fleet_plans, list(hosts), facts, str(plan_dir))
+
+
+def gateway_model(plans, gateway_host, options=None):
+    return _call(gw.gateway_model, plans, str(gateway_host), dict(options or {}))
+
+
+def gateway_api_keys(keys):
+    return _call(gw.api_keys, keys)
+
+
+def gateway_addresses(gateway_hosts, hostvars):
+    addresses = {h: (hostvars[h].get("llmfleet_private_address") if h in hostvars else None) for h in gateway_hosts}
+    return _call(gw.gateway_addresses, list(gateway_hosts), addresses)
+
+
+def gateway_edge(plan, allow, options=None):
+    return _call(gw.edge_model, plan, list(allow or []), dict(options or {}))
+
+
+class FilterModule:
+    def filters(self):
+        return {"gateway_plans": gateway_plans, "gateway_model": gateway_model, "gateway_api_keys": gateway_api_keys,
+                "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge}

@@ -1,0 +1,181 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) llmfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""PRIVATE module_utils of llmfleet.serving: the fleet's plans turned into the gateway's model.
+
+Not a public API; may change without notice. Pure and typed: no Ansible imports, no I/O except
+read_fleet_plans, which reads plan files on the controller.
+
+Facts behind the numbers (../shared/EDGE.md section 1):
+- nginx 1.22 open source has passive health only: max_fails/fail_timeout per server, shared between
+  workers only when the upstream has a `zone`.
+- upstream keepalive_timeout must be below the engine's own idle timeout, or nginx reuses a connection
+  the engine is closing: vLLM runs uvicorn, whose default timeout_keep_alive is 5 s
+  (uvicorn/config.py `timeout_keep_alive: int = 5`), so 4 s.
+- never `proxy_next_upstream non_idempotent`: a POST the engine received would run a second generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+ALLOWED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health")
+# POST paths routed by the body's `model`
+ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+LOOPBACK = "127.0.0.1"
+# uvicorn's default keep-alive is 5 s (uvicorn/config.py timeout_keep_alive=5): stay below it
+UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
+DEFAULTS: Dict[str, Any] = {"keepalive": 16, "max_fails": 2, "fail_timeout": "10s"}
+KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class GatewayError(ValueError):
+    """Malformed input to the gateway model."""
+
+
+def upstream_name(model: str) -> str:
+    """An nginx-safe, unique upstream name for a served model name."""
+    slug = re.sub(r"[^A-Za-z0-9_]", "_", model)[:40]
+    return f"llmfleet_{slug}_{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+
+
+def read_fleet_plans(hosts: Sequence[str], fact_plans: Mapping[str, Any], plan_dir: str) -> Dict[str, Dict[str, Any]]:
+    """Each host's plan: the llmfleet_plan fact when this run has one (fact_plans[host]), else the plan
+    file <plan_dir>/<host>.json that playbooks/plan.yml wrote. A host with neither raises, naming the fix."""
+    plans: Dict[str, Dict[str, Any]] = {}
+    for host in hosts:
+        plan = fact_plans.get(host)
+        if not plan:
+            path = os.path.join(plan_dir, f"{host}.json")
+            if not os.path.exists(path):
+                raise GatewayError(f"{host} has no plan: no llmfleet_plan fact in this run and no {path}; "
+                                   "run playbooks/plan.yml (site.yml does) or set llmfleet_plan_dir")
+            with open(path, encoding="utf-8") as handle:
+                plan = json.load(handle)
+        if not isinstance(plan, Mapping):
+            raise GatewayError(f"{host}: the plan must be a mapping, got {type(plan).__name__}")
+        plans[host] = dict(plan)
+    return plans
+
+
+def _instances(plan: Mapping[str, Any]):
+    for dep in plan.get("deployments") or []:
+        for inst in dep.get("instances") or []:
+            yield dep, inst
+
+
+def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
+                  options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The gateway's upstreams, routes and model list from every serving host's plan.
+
+    An instance on gateway_host is reached on 127.0.0.1:port; one elsewhere through its host's edge
+    (edge.address:port). An instance elsewhere without an edge cannot be reached: it goes to `errors`
+    (the role fails on them before any change)."""
+    opts = dict(DEFAULTS, **(options or {}))
+    unknown = sorted(set(opts) - set(DEFAULTS))
+    if unknown:
+        raise GatewayError(f"unknown gateway options {unknown}; known: {sorted(DEFAULTS)}")
+    by_model: Dict[str, List[Dict[str, Any]]] = {}
+    errors: List[str] = []
+    for host in sorted(plans):
+        plan = plans[host]
+        if plan.get("errors"):
+            errors.append(f"{host}: its plan has errors ({' | '.join(plan['errors'])}); fix them and rerun playbooks/plan.yml")
+            continue
+        for dep, inst in _instances(plan):
+            model = inst.get("served_model_name") or dep.get("name")
+            if host == gateway_host:
+                address = f"{inst.get('bind_address') or LOOPBACK}:{int(inst['port'])}"
+            elif inst.get("edge"):
+                address = f"{inst['edge']['address']}:{int(inst['edge']['port'])}"
+            else:
+                errors.append(
+                    f"{host}: instance {inst.get('name')} ({model}) listens on loopback only and has no edge, so the gateway "
+                    f"on {gateway_host} cannot reach it; set llmfleet_private_address for {host} (its private-network "
+                    "address), rerun playbooks/plan.yml and apply the edge (playbooks/gateway.yml does), or add "
+                    f"{host} to llm_gateway")
+                continue
+            by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name")})
+    upstreams = []
+    for model in sorted(by_model):
+        servers = sorted(by_model[model], key=lambda s: (s["host"], s["address"]))
+        upstreams.append({"name": upstream_name(model), "model": model, "servers": servers,
+                          "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
+                          "max_fails": int(opts["max_fails"]), "fail_timeout": str(opts["fail_timeout"])})
+    return {"upstreams": upstreams, "routes": {u["model"]: u["name"] for u in upstreams},
+            "models": models_list(sorted(by_model)), "errors": errors}
+
+
+def models_list(models: Sequence[str]) -> Dict[str, Any]:
+    """/v1/models in OpenAI's list shape."""
+    return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "llmfleet"} for m in models]}
+
+
+def api_keys(keys: Any) -> List[Dict[str, str]]:
+    """Checked gateway_api_keys ([{name, key}]) as [{name, sha256}]: what the gateway stores. The key
+    itself never appears in a message."""
+    if not isinstance(keys, list) or not keys:
+        raise GatewayError(f"gateway_api_keys must be a non-empty list of {{name, key}}, got {type(keys).__name__}")
+    out: List[Dict[str, str]] = []
+    names = set()
+    digests = set()
+    for i, item in enumerate(keys):
+        if not isinstance(item, Mapping) or set(item) != {"name", "key"}:
+            raise GatewayError(f"gateway_api_keys[{i}] must have exactly name and key")
+        name, key = str(item["name"]), str(item["key"])
+        if not NAME_RE.match(name):
+            raise GatewayError(f"gateway_api_keys[{i}].name={name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+        if not KEY_RE.match(key):
+            raise GatewayError(f"gateway_api_keys[{i}] ({name}): the key must be 16-256 characters of A-Z a-z 0-9 . _ ~ + / = -")
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        if name in names or digest in digests:
+            raise GatewayError(f"gateway_api_keys[{i}] ({name}): names and keys must be unique")
+        names.add(name)
+        digests.add(digest)
+        out.append({"name": name, "sha256": digest})
+    return out
+
+
+def gateway_addresses(gateway_hosts: Sequence[str], addresses: Mapping[str, Any]) -> List[str]:
+    """The addresses the gateway hosts connect from (their llmfleet_private_address): what each edge allows."""
+    out = []
+    for host in gateway_hosts:
+        text = addresses.get(host)
+        if not text:
+            raise GatewayError(f"{host} (llm_gateway) has no llmfleet_private_address: the engine hosts' edges allow "
+                               "only the gateway hosts' addresses; set it, or set gateway_edge_allow")
+        try:
+            out.append(str(ipaddress.ip_address(str(text).strip())))
+        except ValueError as exc:
+            raise GatewayError(f"{host}: llmfleet_private_address={text!r} is not an IP address") from exc
+    return sorted(set(out))
+
+
+def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """This engine host's edge: one server per instance with an edge (listen edge.address:port, proxy to
+    127.0.0.1:port), reachable from `allow` only, with the gateway's path allow-list."""
+    opts = dict(DEFAULTS, **(options or {}))
+    if not allow:
+        raise GatewayError("the edge needs at least one gateway address to allow (gateway_edge_allow)")
+    checked = []
+    for item in allow:
+        try:
+            checked.append(str(ipaddress.ip_network(str(item), strict=False)))
+        except ValueError as exc:
+            raise GatewayError(f"gateway_edge_allow: {item!r} is not an address or network") from exc
+    servers = []
+    for _dep, inst in _instances(plan):
+        edge = inst.get("edge")
+        if not edge:
+            continue
+        servers.append({"instance": inst["name"], "listen": f"{edge['address']}:{int(edge['port'])}",
+                        "upstream": f"llmfleet_edge_{int(inst['port'])}",
+                        "backend": f"{inst.get('bind_address') or LOOPBACK}:{int(inst['port'])}",
+                        "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT})
+    return {"servers": servers, "allow": sorted(set(checked)), "paths": list(ALLOWED_PATHS)}

@@ -111,6 +111,12 @@ PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
     "qwen3_5_moe": ("qwen3", "qwen3_coder"),
 }
 
+# Thinking-only checkpoints (Qwen3 "-Thinking", whose chat template opens <think> in the prompt): before 0.17
+# the qwen3 reasoning parser leaves the whole answer in `content` unless both tags are in the output (0.16
+# reasoning/qwen3_reasoning_parser.py, fixed in 0.17; vLLM issues #22507, #34684; MODELS.md 3); deepseek_r1
+# handles a missing opening tag (field report 001 ran Qwen3-Next-80B-A3B-Thinking with it on 0.15).
+QWEN3_PARSER_THINKING_ONLY_SINCE: Version = (0, 17, 0)
+
 # Hygon DCU images known to field reports (SourceFind registry); vendor-built, version-pinned.
 DCU_IMAGES: Dict[Version, str] = {
     (0, 18, 0): "harbor.sourcefind.cn:5443/dcu/admin/base/custom:vllm018-ubuntu22.04-dtk26.04-gemma4-0413",
@@ -131,7 +137,6 @@ OFFICIAL_IMAGE_CUDA: Tuple[Tuple[Version, str], ...] = (
     ((0, 7, 0), "12.4"),
     ((0, 0, 0), "12.1"),
 )
-CU129_VARIANT_CUDA = "12.9"
 
 
 def official_image_cuda(version: Version) -> str:
@@ -139,11 +144,50 @@ def official_image_cuda(version: Version) -> str:
     return next(level for floor, level in OFFICIAL_IMAGE_CUDA if version >= floor)
 
 
+# sm70 (V100) kernels: from 0.20.0 vLLM's CMakeLists.txt lists 7.0 only for CUDA < 12.8, and every official
+# wheel and image (CUDA 13 default, -cu129, -cu128) is built with >= 12.8 (KNOWLEDGE.md 0 and 7, corrected
+# 2026-12-01: CUDA_SUPPORTED_ARCHS at v0.19.1 vs v0.20.0). 0.19.1 is the last release whose CUDA 12.8/12.9
+# build lists 7.0. CUDA 13 itself cannot target sm < 75.
+NO_OFFICIAL_SM70_SINCE: Version = (0, 20, 0)
+LAST_SM70_RELEASE: Version = (0, 19, 1)
+
+
 def nvidia_image(version: Version, cc: int) -> Tuple[str, str, Optional[str]]:
-    """(official image, its CUDA level, warning). From 0.20 the default images are CUDA 13, which cannot
-    target sm70: V100s get the CUDA 12.9 variant that is still built (PR #39878)."""
-    if cc < 75 and version >= (0, 20, 0):
-        return (f"vllm/vllm-openai:v{vstr(version)}-cu129", CU129_VARIANT_CUDA,
-                f"vLLM {vstr(version)} on sm{cc}: the CUDA 12.9 image is used because CUDA 13 has no Volta; its PyTorch 2.11 may also lack "
-                "sm70 kernels ('no kernel image is available for execution on the device'); field report 000 runs 0.17.0")
+    """(official image, its CUDA level, refusal). The refusal is None when an official image runs on
+    sm`cc`; from 0.20 no official build has sm70 kernels, so a V100 gets no image (the caller plans an
+    error unless the deployment names its own image)."""
+    if cc < 75 and version >= NO_OFFICIAL_SM70_SINCE:
+        return ("", "", f"vLLM {vstr(version)} has no official build for sm{cc} (V100): from {vstr(NO_OFFICIAL_SM70_SINCE)} every "
+                f"wheel and image (CUDA 13, -cu129, -cu128) is built without sm{cc} kernels and stops with 'no kernel image is "
+                f"available for execution on the device' (vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS, KNOWLEDGE.md 0); set "
+                f"engine.version: \"{vstr(LAST_SM70_RELEASE)}\" (the last release built for sm70), or engine.image to an image "
+                "you built with CUDA <= 12.6 (and engine.cuda to its CUDA level)")
     return f"vllm/vllm-openai:v{vstr(version)}", official_image_cuda(version), None
+
+
+# Attention backend names by version: the name the planner means -> ((first version, name vLLM takes), ...),
+# newest first. The Triton backend is TRITON_ATTN_VLLM_V1 up to 0.10.x and TRITON_ATTN from 0.11.0
+# (vllm/platforms/interface.py _Backend enum at v0.10.1.1 vs v0.11.0, KNOWLEDGE.md 3); an unknown name
+# raises "Invalid attention backend". FLASHINFER and FLASH_ATTN kept their names over 0.8.5-0.33
+# (the V1 FLASH_ATTN_VLLM_V1 alias was never needed: V1 maps FLASH_ATTN itself).
+BACKEND_NAMES: Dict[str, Tuple[Tuple[Version, str], ...]] = {
+    "TRITON_ATTN": (((0, 11, 0), "TRITON_ATTN"), ((0, 0, 0), "TRITON_ATTN_VLLM_V1")),
+    "FLASHINFER": (((0, 0, 0), "FLASHINFER"),),
+    "FLASH_ATTN": (((0, 0, 0), "FLASH_ATTN"),),
+}
+
+
+def backend_name(backend: str, version: Version) -> str:
+    """The name `version` of vLLM accepts for `backend` (a name the table does not know is passed as is)."""
+    return next((name for since, name in BACKEND_NAMES.get(backend, ()) if version >= since), backend)
+
+
+# From 0.11 vLLM's CUDA selector itself moves fp8 KV on sm80-89 off FlashAttention (TRITON_ATTN in 0.11's
+# platforms/cuda.py; at 0.33 get_valid_backends skips every backend whose validation fails, e.g. FlashInfer
+# for attention sinks below sm100): no forced backend is needed for fp8 KV there (KNOWLEDGE.md 2, 3).
+SELECTOR_HANDLES_FP8_KV_SINCE: Version = (0, 11, 0)
+
+# Model types whose attention layers carry sinks (a per-head parameter): FlashInfer takes sinks only on
+# sm100 (v1/attention/backends/flashinfer.py at 0.26, KNOWLEDGE.md 3); Triton takes them on any arch.
+# vllm/model_executor/models/gpt_oss.py passes sinks= to its Attention.
+ATTENTION_SINK_MODEL_TYPES = {"gpt_oss"}

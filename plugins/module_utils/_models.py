@@ -59,6 +59,12 @@ class ModelProfile:
     thinking: str = "none"                      # hybrid (enable_thinking toggles), always, none
     provenance: str = ""
     min_engine: str = "0.8.5"
+    model_type: str = ""                        # config.json model_type (text_config's when nested)
+    # quantization_config.weight_block_size of a block-quantized FP8 checkpoint ([block_n, block_k], e.g. [128, 128])
+    weight_block_size: Optional[Tuple[int, int]] = None
+    # layers whose MLP is dense (intermediate_size) in a MoE model: DeepSeek's first_k_dense_replace, Qwen-MoE's
+    # mlp_only_layers / decoder_sparse_step; every layer of a dense model
+    dense_mlp_layers: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -188,7 +194,23 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     kv = int(_get(text, "num_key_value_heads", heads, source=source))
     head_dim = int(_get(text, "head_dim", hidden // heads, source=source))
     full, linear = _layer_kinds(text, layers, source)
-    experts = int(_get(text, "num_experts", 0) or _get(text, "n_routed_experts", 0) or 0)
+    # every spelling vLLM's model classes read (MODELS.md 1/issue 17): Qwen-MoE num_experts, DeepSeek
+    # n_routed_experts, Mixtral / gpt-oss num_local_experts
+    experts = int(_get(text, "num_experts", 0) or _get(text, "n_routed_experts", 0) or _get(text, "num_local_experts", 0) or 0)
+    # Mixtral and gpt-oss have no moe_intermediate_size: their experts are intermediate_size wide
+    # (transformers MixtralSparseMoeBlock / GptOssExperts)
+    moe_inter = int(_get(text, "moe_intermediate_size", 0) or (_get(text, "intermediate_size", 0) if experts else 0) or 0)
+    # Qwen-MoE shared_expert_intermediate_size; DeepSeek n_shared_experts experts of moe_intermediate_size
+    shared_inter = int(_get(text, "shared_expert_intermediate_size", 0) or (_get(text, "n_shared_experts", 0) or 0) * moe_inter)
+    if experts:
+        dense_layers = int(_get(text, "first_k_dense_replace", 0) or 0)
+        only = set(_get(text, "mlp_only_layers", []) or [])
+        step = int(_get(text, "decoder_sparse_step", 1) or 1)
+        dense_layers = max(dense_layers, sum(1 for i in range(layers) if i in only or (step > 1 and (i + 1) % step != 0)))
+    else:
+        dense_layers = layers
+    q_cfg = config.get("quantization_config") or text.get("quantization_config") or {}
+    block = q_cfg.get("weight_block_size") if isinstance(q_cfg, Mapping) else None
     model_type = str(config.get("model_type") or text.get("model_type") or "")
     method, bits, group = _quantization(config, text)
     family = _family(model_type, archs[0], experts, linear)
@@ -200,9 +222,9 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         vocab_size=int(_get(text, "vocab_size", required=True, source=source)),
         max_position_embeddings=int(_get(text, "max_position_embeddings", required=True, source=source)),
         torch_dtype=str(_get(text, "torch_dtype", None) or _get(config, "torch_dtype", None) or _get(text, "dtype", "bfloat16")),
-        num_experts=experts, experts_per_token=int(_get(text, "num_experts_per_tok", 0) or 0),
-        moe_intermediate_size=int(_get(text, "moe_intermediate_size", 0) or 0),
-        shared_expert_intermediate_size=int(_get(text, "shared_expert_intermediate_size", 0) or 0),
+        num_experts=experts, experts_per_token=int(_get(text, "num_experts_per_tok", 0) or _get(text, "experts_per_token", 0) or 0),
+        moe_intermediate_size=moe_inter,
+        shared_expert_intermediate_size=shared_inter,
         linear_num_key_heads=int(_get(text, "linear_num_key_heads", 0) or 0),
         linear_num_value_heads=int(_get(text, "linear_num_value_heads", 0) or 0),
         linear_key_head_dim=int(_get(text, "linear_key_head_dim", 0) or 0),
@@ -222,13 +244,17 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         weight_bytes = estimate_weight_bytes(params)
         weight_source = weight_source or "estimated from the config"
     name = model_id.lower()
-    if family.startswith("qwen3_5") or (family in ("qwen3", "qwen3_moe") and "instruct" not in name and "coder" not in name):
-        thinking = "hybrid"
-    elif "thinking" in name:
+    # "-Thinking" checkpoints (Qwen3-*-Thinking-2507, Qwen3-Next-*-Thinking) think always, whatever the family;
+    # checked first, so that a Qwen3 MoE "-Thinking-2507" is not taken for a hybrid (enable_thinking) one
+    if "thinking" in name:
         thinking = "always"
+    elif family.startswith("qwen3_5") or (family in ("qwen3", "qwen3_moe") and "instruct" not in name and "coder" not in name):
+        thinking = "hybrid"
     else:
         thinking = "none"
     return ModelProfile(weight_bytes=int(weight_bytes), weight_bytes_source=weight_source, thinking=thinking,
+                        model_type=model_type, dense_mlp_layers=dense_layers,
+                        weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
                         provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
                         "0.10.2" if family == "qwen3_next" else "0.8.5", **params)
 

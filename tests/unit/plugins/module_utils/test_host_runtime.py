@@ -97,7 +97,7 @@ def need(image, cuda):
 @pytest.mark.parametrize("version,cc,image,level", [
     # the official images' CUDA levels (vLLM's release notes / Dockerfile CUDA_VERSION per release)
     ("0.26.0", 90, "vllm/vllm-openai:v0.26.0", "13.0"), ("0.20.0", 80, "vllm/vllm-openai:v0.20.0", "13.0"),
-    ("0.26.0", 70, "vllm/vllm-openai:v0.26.0-cu129", "12.9"), ("0.17.0", 70, "vllm/vllm-openai:v0.17.0", "12.9"),
+    ("0.19.1", 70, "vllm/vllm-openai:v0.19.1", "12.9"), ("0.17.0", 70, "vllm/vllm-openai:v0.17.0", "12.9"),
     ("0.10.1", 80, "vllm/vllm-openai:v0.10.1", "12.8"), ("0.8.5", 80, "vllm/vllm-openai:v0.8.5", "12.4"),
 ])
 def test_the_plan_carries_its_images_cuda_level(version, cc, image, level):

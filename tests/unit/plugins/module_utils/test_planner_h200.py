@@ -39,19 +39,34 @@ def test_every_plan_is_measured_or_pending():
 
 @pytest.mark.parametrize("label", [x for x in PLAN_LABELS if x in MEASURED_LABELS], ids=str)
 def test_plan_kv_cache_tokens_within_5_percent_of_vllm_on_the_h200(label):
+    """The recorded command is what ran. Issue 17 changed admission only (max_num_seqs: what the KV cache
+    holds at max_model_len, not 2 x concurrency), so today's plan is that command with another
+    --max-num-seqs, between the 64 the recorded plan ran and the 1024 of the recorded vLLM-defaults run of
+    the same model. KV tokens depend on max_num_seqs only through the sampler peak and the CUDA graphs:
+    vLLM logged 814,368 tokens at both ends for the dense model, 921,600 / 887,076 (hybrid) and
+    767,152 / 744,672 (MoE; 763,040 at 256 between): the plan must be within 5 % of both ends."""
     spec = RUNS[label]
     run = next(r for r in MEASURED["runs"] if r["label"] == label and r["args"] == spec["args"])
+    defaults = [r for r in MEASURED["runs"] if r["label"] == label.replace("-plan", "-default")]
+    assert defaults and all("--max-num-seqs" not in r["args"] for r in defaults)   # vLLM's default: 1024 on the H200
     plan = plan_host("h200x1", hardware_profile("h200x1"), [spec["deployment"]])
     [inst] = plan["deployments"][0]["instances"]
     # what the carry needed (appended after the plan's flags, e.g. the Triton GDN kernel) is not the plan's
-    assert inst["args"][1:] + spec.get("carry_args", []) == run["args"]
-    engine = run["engine_log"]
+    planned = inst["args"][1:] + spec.get("carry_args", [])
+    seqs = flag(planned, "--max-num-seqs")
+    assert planned == [seqs if k and run["args"][k - 1] == "--max-num-seqs" else a for k, a in enumerate(run["args"])]
+    assert int(flag(run["args"], "--max-num-seqs")) <= int(seqs) <= DEFAULT_SEQS
     mem = inst["memory"]
-    print(f"\n{label}: KV tokens planner {mem['kv_cache_tokens']:,} vs vLLM {engine['kv_cache_tokens']:,}; "
-          f"KV {mem['kv_cache_gib_per_gpu']} vs {engine['available_kv_gib']} GiB; weights {mem['weights_gib_per_gpu']} vs {engine['weights_gib']} GiB")
-    assert abs(mem["kv_cache_tokens"] - engine["kv_cache_tokens"]) / engine["kv_cache_tokens"] <= 0.05
-    assert abs(mem["max_concurrency_at_max_len"] - engine["max_concurrency"]) / engine["max_concurrency"] <= 0.05
-    assert abs(mem["weights_gib_per_gpu"] - engine["weights_gib"]) / engine["weights_gib"] <= 0.01
+    for measured in [run] + defaults:
+        engine = measured["engine_log"]
+        print(f"\n{label} (max_num_seqs {seqs}): KV tokens planner {mem['kv_cache_tokens']:,} vs vLLM {engine['kv_cache_tokens']:,} "
+              f"({measured['label']}, session {measured.get('session', 1)}); weights {mem['weights_gib_per_gpu']} vs {engine['weights_gib']} GiB")
+        assert abs(mem["kv_cache_tokens"] - engine["kv_cache_tokens"]) / engine["kv_cache_tokens"] <= 0.05
+        assert abs(mem["max_concurrency_at_max_len"] - engine["max_concurrency"]) / engine["max_concurrency"] <= 0.05
+        assert abs(mem["weights_gib_per_gpu"] - engine["weights_gib"]) / engine["weights_gib"] <= 0.01
+    # the admission is what the KV cache holds: within 5 % of the requests vLLM said fit (at or below them)
+    held = min(r["engine_log"]["max_concurrency"] for r in [run] + defaults)
+    assert abs(int(seqs) - held) / held <= 0.05
 
 
 def model_of_run(run):

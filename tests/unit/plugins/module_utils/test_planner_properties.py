@@ -62,6 +62,10 @@ def deployment(draw, name):
     }
 
 
+def flag(args, name):
+    return args[args.index(name) + 1] if name in args else None
+
+
 def check(plan):
     instances = [i for d in plan["deployments"] for i in d["instances"]]
     # errors <=> no instances
@@ -90,6 +94,22 @@ def check(plan):
                     assert arg in BASE_FLAGS or arg in FLAG_SINCE or arg in FLAG_UNTIL, \
                         f"{arg} is in neither BASE_FLAGS nor _engine's flag table: nothing checks it against a real vLLM"
                     assert has_flag(version, arg), f"the planner writes {arg} for vLLM {dep['engine_version']}, which the table denies"
+            # issue 17's crash classes, by the published numbers (KNOWLEDGE.md / MODELS.md), not the planner's helpers:
+            tp = inst["tensor_parallel_size"]
+            if m.quant_method == "fp8" and m.weight_block_size == (128, 128):
+                # every width vLLM shards must stay a multiple of the 128 block; routed experts only without EP
+                for width in [m.shared_expert_intermediate_size] + ([m.intermediate_size] if not m.is_moe else []):
+                    assert not width or (width // tp) % 128 == 0, (dep["model"], tp, width)
+                if m.is_moe and (m.moe_intermediate_size // tp) % 128:
+                    assert inst["expert_parallel"] and "--enable-expert-parallel" in inst["args"], (dep["model"], tp)
+            hw_acc = next(a for a in plan["hardware"]["accelerators"] if a["index"] == inst["gpus"][0])
+            if hw_acc["compute_capability"] == "7.0":
+                assert version < (0, 20, 0), "no official vLLM >= 0.20 build runs on sm70"
+            backend = inst["env"].get("VLLM_ATTENTION_BACKEND") or flag(inst["args"], "--attention-backend")
+            if backend and backend.startswith("TRITON_ATTN"):
+                assert backend == ("TRITON_ATTN" if version >= (0, 11, 0) else "TRITON_ATTN_VLLM_V1")
+            if m.thinking == "always" and version < (0, 17, 0) and flag(inst["args"], "--reasoning-parser"):
+                assert flag(inst["args"], "--reasoning-parser") == "deepseek_r1"
             if version > NEWEST:
                 assert any(w.startswith(f"{dep['name']}: vLLM {dep['engine_version']} is newer than") for w in plan["warnings"])
 

@@ -1,0 +1,234 @@
+"""Verify the fleet lab: the gateway in front of two engine hosts (real vLLM CPU instances), their edges.
+
+Traffic goes only to the lab's own containers (172.30.77.0/24, fixed in molecule.yml) and loopback; every
+load is bounded (fixed counts, timeouts)."""
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import urllib.error
+import urllib.request
+
+import testinfra
+
+EPHEMERAL = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory" / "ansible_inventory.yml"))
+HERE = pathlib.Path(__file__).parent
+GATEWAY = "http://172.30.77.10"
+ADDRESS = {"llmfleet-fleet-engine1": "172.30.77.11", "llmfleet-fleet-engine2": "172.30.77.12", "llmfleet-fleet-gateway": "172.30.77.10"}
+LOAD_KEY = "lab-load-key-0123456789abcdef"
+BURST_KEY = "lab-burst-key-0123456789abcdef"
+ENGINE_PYTHON = "/opt/llmfleet/vllm/0.32.0/bin/python"
+ACCESS_LOG = "/var/log/nginx/llmfleet-gateway.access.log"
+
+
+def host(name):
+    return testinfra.get_host(f"ansible://{name}", ansible_inventory=INVENTORY)
+
+
+def engine_key():
+    return (EPHEMERAL / "secrets" / "vllm_api_key").read_text().strip()
+
+
+def instances():
+    """(host, instance) for every planned instance."""
+    out = []
+    for name in ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2"):
+        plan = json.loads((EPHEMERAL / "plans" / f"{name}.json").read_text())
+        out += [(name, i) for d in plan["deployments"] for i in d["instances"]]
+    return out
+
+
+def request(path, body=None, key=LOAD_KEY, method=None, raw_body=None, timeout=60):
+    data = raw_body if raw_body is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(GATEWAY + path, data=data, method=method or ("POST" if data is not None else "GET"))
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def curl_in(hostname, url, key=None, body=None, path_as_is=True):
+    cmd = f"curl -s --max-time 30 -o /dev/null -w '%{{http_code}}' {'--path-as-is ' if path_as_is else ''}{shlex.quote(url)}"
+    if key:
+        cmd += f" -H {shlex.quote('Authorization: Bearer ' + key)}"
+    if body is not None:
+        cmd += f" -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}"
+    return int(host(hostname).run(cmd).stdout.strip() or 0)
+
+
+def probe_controller(model):
+    python = os.path.join(os.environ["LLMFLEET_VLLM_CPU_VENV"], "bin", "python")
+    out = subprocess.run([python, str(HERE / "chat_probe.py"), GATEWAY + "/v1", LOAD_KEY, model],
+                         capture_output=True, text=True, timeout=180, check=True)
+    return json.loads(out.stdout)
+
+
+def probe_direct(hostname, port, model):
+    code = (HERE / "chat_probe.py").read_text()
+    cmd = f"{ENGINE_PYTHON} -c {shlex.quote(code)} http://127.0.0.1:{port}/v1 {shlex.quote(engine_key())} {model}"
+    return json.loads(host(hostname).check_output(cmd))
+
+
+def error_shape(text):
+    error = json.loads(text)["error"]
+    assert set(error) >= {"message", "type", "param", "code"}
+    return error
+
+
+def test_vllm_listens_on_loopback_and_the_edge_on_the_private_address():
+    for hostname, inst in instances():
+        ss = host(hostname).check_output("ss -Hltn")
+        port = inst["port"]
+        assert f"127.0.0.1:{port} " in ss
+        assert f"0.0.0.0:{port} " not in ss and f"*:{port} " not in ss
+        assert f"{ADDRESS[hostname]}:{port} " in ss, f"{hostname}: no edge on {ADDRESS[hostname]}:{port}"
+
+
+def test_streamed_and_whole_chat_through_the_gateway_match_the_instance():
+    for hostname, inst in instances():
+        if inst["served_model_name"] != "tiny-b":
+            continue
+        direct = probe_direct(hostname, inst["port"], "tiny-b")
+        through = probe_controller("tiny-b")
+        print(f"[fleet] tiny-b direct: {direct['chunks']} chunks, {direct['raw_events']} SSE events; "
+              f"through the gateway: {through['chunks']} chunks, {through['raw_events']} SSE events")
+        assert direct["chunks"] >= 24 and direct["completion_tokens"] == 24
+        assert through["chunks"] == direct["chunks"]
+        assert through["raw_events"] == direct["raw_events"]
+        assert through["raw_last"] == direct["raw_last"] == "data: [DONE]"
+        assert through["stream_text"] == direct["stream_text"]
+        assert through["text"] == direct["text"] and through["completion_tokens"] == direct["completion_tokens"]
+        assert through["model"] == "tiny-b"
+
+
+def test_keys_are_checked_at_the_edge():
+    body = {"model": "tiny-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for path, payload in (("/v1/chat/completions", body), ("/v1/models", None)):
+        for key in (None, "lab-wrong-key-0123456789abcdef", engine_key()):
+            status, text = request(path, payload, key=key)
+            assert status == 401, (path, status)
+            assert error_shape(text)["code"] == "invalid_api_key"
+    status, _ = request("/v1/chat/completions", body)
+    assert status == 200
+
+
+def test_only_the_allow_listed_paths_whatever_the_spelling():
+    results = {}
+    for name in ("invocations", "tokenize", "pause", "metrics", "scale_elastic_ep"):
+        for spelling in (f"/{name}", f"//{name}", f"/v1/../{name}", f"/v1/%2e%2e/{name}", f"/v1/chat/%2E%2E/../{name}",
+                         f"/./{name}", f"/v1//..//{name}"):
+            code = curl_in("llmfleet-fleet-gateway", f"http://127.0.0.1{spelling}", key=LOAD_KEY, body={"model": "tiny-a"})
+            results[spelling] = code
+    print(f"[fleet] disallowed paths: {sorted(set(results.values()))} over {len(results)} spellings")
+    assert set(results.values()) == {404}, results
+    # climbing above the root is refused by nginx itself before any location
+    assert curl_in("llmfleet-fleet-gateway", "http://127.0.0.1/%2e%2e/invocations", key=LOAD_KEY) == 400
+    status, text = request("/tokenize", {"model": "tiny-a", "prompt": "x"})
+    assert status == 404 and error_shape(text)["code"] == "not_found"
+    # an allowed path spelled with extra slashes is still the allowed path
+    assert curl_in("llmfleet-fleet-gateway", "http://127.0.0.1//v1//models", key=LOAD_KEY) == 200
+    assert request("/health", key=None)[0] == 200
+
+
+def test_unknown_model_is_404_in_openai_shape():
+    status, text = request("/v1/chat/completions", {"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]})
+    assert status == 404
+    assert error_shape(text)["code"] == "model_not_found"
+
+
+def test_models_lists_both_and_requests_route_by_model():
+    status, text = request("/v1/models")
+    assert status == 200
+    listed = json.loads(text)
+    assert listed["object"] == "list"
+    assert sorted(m["id"] for m in listed["data"]) == ["tiny-a", "tiny-b"]
+    for model in ("tiny-a", "tiny-b"):
+        status, text = request("/v1/completions", {"model": model, "prompt": "hello", "max_tokens": 2})
+        assert status == 200, text
+        assert json.loads(text)["model"] == model
+    gateway = host("llmfleet-fleet-gateway")
+    last = [json.loads(line) for line in gateway.file(ACCESS_LOG).content_string.splitlines()[-2:]]
+    b_instance = next(i for h, i in instances() if i["served_model_name"] == "tiny-b")
+    assert last[1]["model"] == "tiny-b" and last[1]["upstream_addr"] == f"{ADDRESS['llmfleet-fleet-engine2']}:{b_instance['port']}"
+    assert "lab-load-key" not in gateway.file(ACCESS_LOG).content_string
+
+
+def test_32_concurrent_requests_spread_over_both_instances_of_tiny_a():
+    gateway = host("llmfleet-fleet-gateway")
+    before = len(gateway.file(ACCESS_LOG).content_string.splitlines())
+    body = {"model": "tiny-a", "messages": [{"role": "user", "content": "count to three"}], "max_tokens": 16, "temperature": 0}
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        statuses = list(pool.map(lambda _i: request("/v1/chat/completions", body, timeout=120)[0], range(32)))
+    assert statuses == [200] * 32
+    lines = [json.loads(line) for line in gateway.file(ACCESS_LOG).content_string.splitlines()[before:]]
+    counts = {}
+    for line in lines:
+        if line["model"] == "tiny-a" and line["status"] == "200":
+            counts[line["upstream_addr"]] = counts.get(line["upstream_addr"], 0) + 1
+    print(f"[fleet] 32 concurrent tiny-a requests per instance: {counts}")
+    assert sum(counts.values()) == 32 and len(counts) == 2
+    for count in counts.values():
+        assert 12 <= count <= 20, counts  # 16 +- 25 %
+
+
+def test_a_burst_over_the_limit_gets_429():
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(lambda _i: request("/v1/models", key=BURST_KEY, timeout=30), range(120)))
+    statuses = [s for s, _t in results]
+    print(f"[fleet] burst of 120 (rate 20r/s, burst 40): {statuses.count(200)} x 200, {statuses.count(429)} x 429")
+    assert set(statuses) <= {200, 429}
+    assert statuses.count(429) > 0 and statuses.count(200) >= 40
+    assert error_shape(next(t for s, t in results if s == 429))["code"] == "rate_limit_exceeded"
+
+
+def test_bodies_over_the_limit_get_413_and_big_ones_under_it_reach_the_engine():
+    big = json.dumps({"model": "tiny-a", "messages": [{"role": "user", "content": "a " * 150_000}]}).encode()
+    status, text = request("/v1/chat/completions", raw_body=big)
+    assert status == 413 and error_shape(text)["code"] == "request_too_large"
+    under = json.dumps({"model": "tiny-a", "messages": [{"role": "user", "content": "a " * 100_000}], "max_tokens": 1}).encode()
+    status, text = request("/v1/chat/completions", raw_body=under)
+    # 200 KB kept in memory, parsed by njs, forwarded: vLLM itself refuses the prompt as too long for 512 tokens
+    print(f"[fleet] 300 KB body: 413; 200 KB body: {status} from the engine")
+    assert status == 400 and error_shape(text)["code"] not in ("invalid_json", "missing_model"), text
+
+
+def test_edges_answer_only_the_gateway_and_only_the_allow_listed_paths():
+    key = engine_key()
+    for hostname, inst in instances():
+        edge = f"http://{ADDRESS[hostname]}:{inst['port']}"
+        assert curl_in("llmfleet-fleet-gateway", edge + "/v1/models", key=key) == 200
+        assert curl_in("llmfleet-fleet-gateway", edge + "/health") == 200
+        for path in ("/invocations", "/tokenize", "/metrics", "/pause", "/scale_elastic_ep", "/version", "//metrics",
+                     "/v1/../tokenize", "/v1/%2e%2e/invocations"):
+            assert curl_in("llmfleet-fleet-gateway", edge + path, key=key, body={"model": "tiny-a"}) == 404, (edge, path)
+        neighbour = "llmfleet-fleet-engine2" if hostname == "llmfleet-fleet-engine1" else "llmfleet-fleet-engine1"
+        for path in ("/v1/models", "/health", "/invocations"):
+            assert curl_in(neighbour, edge + path, key=key) == 403, (neighbour, edge, path)
+
+
+def test_a_broken_template_fails_validation_and_leaves_nginx_alone():
+    gateway = host("llmfleet-fleet-gateway")
+    result = json.loads(gateway.file("/var/tmp/llmfleet-gateway-side-effect.json").content_string)
+    print(f"[fleet] broken template: failed at {result['failed_task']!r}; master pid {result['pid_before']} -> {result['pid_after']}")
+    assert "Validate the staging copy" in result["failed_task"]
+    assert "llmfleet_no_such_directive" in result["message"]
+    assert result["before"] == result["after"]
+    assert result["pid_before"] == result["pid_after"] == gateway.file("/run/nginx.pid").content_string.strip()
+    assert "llmfleet_no_such_directive" not in gateway.file("/etc/nginx/nginx.conf").content_string
+    assert gateway.service("nginx").is_running
+
+
+def test_secret_files_are_private():
+    gateway = host("llmfleet-fleet-gateway")
+    for path in ("/etc/nginx/llmfleet/engine_auth.inc", "/etc/nginx/llmfleet/gateway_data.js"):
+        assert gateway.file(path).mode == 0o600 and gateway.file(path).user == "root"
+    assert LOAD_KEY not in gateway.file("/etc/nginx/llmfleet/gateway_data.js").content_string

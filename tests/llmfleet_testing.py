@@ -70,3 +70,16 @@ def stand_in_script(tool: str, outputs: Dict[str, str], failures: Optional[Dict[
     cases += [f"  {shlex.quote(args)}) echo {shlex.quote(message)}; exit {code} ;;" for args, (code, message) in (failures or {}).items()]
     return (f"#!/bin/sh\n# Stand-in for the vendor tool {tool} (llmfleet.serving tests): prints captured real output.\n"
             "case \"$*\" in\n" + "\n".join(cases) + "\n  *) echo \"stand-in $0: unexpected arguments: $*\" >&2; exit 64 ;;\nesac\n")
+
+
+def this_machine() -> dict:
+    """This machine's hardware in the llmfleet_hardware schema (CPU only: the lab has no GPU)."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import (  # pylint: disable=import-outside-toplevel
+        expand_cpulist, parse_meminfo_mib, read_numa_cpus)
+
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        memory = parse_meminfo_mib(handle.read())
+    with open("/sys/devices/system/cpu/online", encoding="ascii") as handle:
+        cpus = len(expand_cpulist(handle.read().strip()))
+    return {"accelerators": [], "links": None, "numa_cpus": read_numa_cpus(), "cpu_count": cpus, "memory_mib": memory,
+            "driver_version": None}

@@ -31,10 +31,9 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._engine import FLAG_SINCE, FLAG_UNTIL, has_flag, parse_version
-from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist, parse_meminfo_mib, read_numa_cpus
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
-from llmfleet_testing import inventory
+from llmfleet_testing import inventory, this_machine
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENVS = [  # (environment variable, default path, what makes it)
@@ -111,15 +110,6 @@ def engine(request) -> Engine:
     assert len(flags) > 150, f"vLLM {version}'s help gave only {len(flags)} flags: the help format changed, fix parse_help"
     print(f"\nvLLM {version} ({venv}): {len(flags)} flags in `vllm serve --help=all`")
     return Engine(venv, version, flags)
-
-
-def this_machine() -> dict:
-    with open("/proc/meminfo", encoding="ascii") as handle:
-        memory = parse_meminfo_mib(handle.read())
-    with open("/sys/devices/system/cpu/online", encoding="ascii") as handle:
-        cpus = len(expand_cpulist(handle.read().strip()))
-    return {"accelerators": [], "links": None, "numa_cpus": read_numa_cpus(), "cpu_count": cpus, "memory_mib": memory,
-            "driver_version": None}
 
 
 # Deployments that switch on what the reference inventories leave off, by hardware profile.

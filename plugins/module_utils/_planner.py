@@ -758,8 +758,8 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     if forced_tp:
         problem = valid_tp(m, int(forced_tp))
         if problem or forced_tp > n or int(forced_tp) in block_excluded:
-            errors.append(f"{name}: tensor_parallel_size {forced_tp} cannot be used: " + (problem or block_excluded.get(int(forced_tp))
-                                                                                       or f"only {n} GPUs are assigned")
+            why = problem or block_excluded.get(int(forced_tp)) or f"only {n} GPUs are assigned"
+            errors.append(f"{name}: tensor_parallel_size {forced_tp} cannot be used: {why}"
                           + (f"; TP in {tps} can" if int(forced_tp) in block_excluded else ""))
             return out
         tp = int(forced_tp)

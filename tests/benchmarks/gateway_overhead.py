@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The gateway's overhead (a benchmark, not a test): the same streamed chat requests sent through the
 gateway and straight to one instance; prints TTFT p50/p95 and output tok/s for each.
 

@@ -198,7 +198,7 @@ def test_every_planned_flag_and_choice_is_the_engines(engine):
 
 def test_the_engines_parser_accepts_every_planned_command_line(engine):
     plans = planned(engine.version)
-    verdicts = json.loads(run(engine.venv / "bin" / "python", "-c", PROBE, stdin=json.dumps([args for _, args in plans])).splitlines()[-1])
+    verdicts = json.loads(run(engine.venv / "bin" / "python", "-c", PROBE, stdin=json.dumps([p[1] for p in plans])).splitlines()[-1])
     refused = [f"{label}: {verdict}\n  vllm serve {' '.join(args)}" for (label, args), verdict in zip(plans, verdicts) if verdict]
     assert len(verdicts) == len(plans)
     assert not refused, f"vLLM {engine.version} refuses:\n" + "\n".join(refused)

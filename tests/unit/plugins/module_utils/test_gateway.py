@@ -113,8 +113,8 @@ def test_gateway_addresses_need_every_gateway_hosts_private_address():
 def test_edge_listens_on_the_edge_address_and_proxies_to_loopback():
     edge = gw.edge_model(FLEET["e2"], ["10.0.0.10"])
     assert edge["allow"] == ["10.0.0.10/32"]
-    assert [(s["listen"], s["backend"]) for s in edge["servers"]] == [("10.0.0.12:8002", "127.0.0.1:8002"),
-                                                                         ("10.0.0.12:8003", "127.0.0.1:8003")]
+    assert [(s["listen"], s["backend"]) for s in edge["servers"]] == [
+        ("10.0.0.12:8002", "127.0.0.1:8002"), ("10.0.0.12:8003", "127.0.0.1:8003")]
     assert edge["paths"] == list(gw.ALLOWED_PATHS)
     assert gw.edge_model(plan("gw", ("a-0", 8002, "a", None)), ["10.0.0.10"])["servers"] == []
     with pytest.raises(gw.GatewayError):

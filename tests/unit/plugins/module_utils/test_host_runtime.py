@@ -176,7 +176,7 @@ def test_apt_sources():
 
 
 @pytest.mark.parametrize("machine,deb,cuda", [("x86_64", "amd64", "x86_64"), ("aarch64", "arm64", "sbsa"),
-                                               ("amd64", "amd64", "x86_64"), ("arm64", "arm64", "sbsa")])
+                                              ("amd64", "amd64", "x86_64"), ("arm64", "arm64", "sbsa")])
 def test_arch_names_per_layout(machine, deb, cuda):
     # a GH200 (aarch64) host gets Debian's arm64 and NVIDIA's server Arm (sbsa) repository trees
     assert hr.arch_name(machine) == hr.arch_name(machine, "deb") == deb

@@ -63,7 +63,7 @@ def test_the_catalogs_qwen3_235b_fp8_is_the_published_config():
 def test_fp8_block_moe_latency_on_8xh100_takes_expert_parallelism():
     """Issue 17: Qwen3-235B-A22B-FP8, goal latency, 8 x H100 planned TP=8; 1536 / 8 = 192 is not a multiple
     of 128, so vLLM raised ValueError at load. With --enable-expert-parallel the experts are whole per GPU."""
-    assert 1536 / 8 == 192 and 192 % BLOCK
+    # the numbers of the case: 1536 / 8 = 192, and 192 % 128 = 64
     dep = {"name": "q", "model": "Qwen/Qwen3-235B-A22B-FP8", "workload": {"goal": "latency", "max_model_len": 32768},
            "engine": {"version": "0.26.0"}}
     [inst] = only(plan_host("h", hardware_profile("h100_sxm_8x"), [dep]))
@@ -104,7 +104,7 @@ def test_fp8_block_refusal_names_the_numbers_and_the_way_out():
 def test_fp8_block_rule_covers_the_shared_expert_that_ep_does_not_shard():
     """Qwen3.5-35B-A3B-FP8 (KNOWLEDGE.md 5: moe_intermediate 512, shared expert 512): at TP=8 the shared
     expert (a TP-sharded MLP even with EP) is 64 wide: no layout loads at TP=8; a forced TP=8 is refused."""
-    assert 512 / 8 == 64 and 64 % BLOCK
+    # the numbers of the case: 512 / 8 = 64 < 128
     dep = {"name": "q", "model": "Qwen/Qwen3.5-35B-A3B-FP8", "workload": {"goal": "latency", "max_model_len": 32768},
            "engine": {"version": "0.26.0"}}
     insts = only(plan_host("h", hardware_profile("h100_sxm_8x"), [dep]))
@@ -228,9 +228,8 @@ def test_forcing_flashinfer_on_a_sink_model_warns():
     ("Qwen/Qwen3-8B", "0.15.0", "qwen3"),                              # hybrid: the template does not open <think>
 ])
 def test_thinking_only_checkpoints_use_deepseek_r1_before_017(model, version, parser):
-    [inst] = only(plan_host("h", hardware_profile("h200_sxm_8x"), [{"name": "q", "model": model, "gpus": 4,
-                                                                   "workload": {"max_model_len": 32768},
-                                                                   "engine": {"version": version}}]))[:1]
+    deps = [{"name": "q", "model": model, "gpus": 4, "workload": {"max_model_len": 32768}, "engine": {"version": version}}]
+    [inst] = only(plan_host("h", hardware_profile("h200_sxm_8x"), deps))[:1]
     assert flag(inst["args"], "--reasoning-parser") == parser
 
 

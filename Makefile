@@ -75,7 +75,9 @@ $(SANITY_VENV)/.installed: requirements.txt
 	$(SANITY_VENV)/bin/pip install --disable-pip-version-check -q "$$(grep '^ansible-core==' requirements.txt)"
 	@touch $@
 
+# the gateway's rendered configs are checked with the real nginx -t (Debian's nginx + njs)
 units: venv
+	@bash tests/host-packages.sh nginx libnginx-mod-http-js
 	pytest -q tests/unit
 
 integration: venv

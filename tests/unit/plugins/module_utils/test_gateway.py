@@ -1,5 +1,5 @@
 """The gateway model: fleet plans -> upstreams, routes, /v1/models, keys, edges; and the role's templates
-rendered from the reference inventories' plans (checked with `nginx -t` where nginx is installed)."""
+rendered from the reference inventories' plans (checked with the real `nginx -t` of Debian's nginx + njs)."""
 
 from __future__ import annotations
 
@@ -180,8 +180,9 @@ def _render(tmp_path, model, edge=None):
 
 
 def _nginx_t(root):
-    if not shutil.which("nginx") or not pathlib.Path("/etc/nginx/modules-enabled").exists():
-        pytest.skip("nginx is not installed here")
+    # Debian's nginx 1.22 with njs (the gateway's packages): `make units` installs them on this machine
+    assert shutil.which("nginx") and pathlib.Path("/etc/nginx/modules-enabled").exists(), \
+        "nginx is not installed here: run `make units` (tests/host-packages.sh nginx libnginx-mod-http-js)"
     conf = (root / "nginx.conf").read_text().replace("pid /run/nginx.pid;", f"pid {root}/nginx.pid;")
     (root / "nginx.conf").write_text(conf)
     return subprocess.run(["nginx", "-t", "-q", "-c", str(root / "nginx.conf")], capture_output=True, text=True, check=False)

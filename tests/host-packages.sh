@@ -15,11 +15,11 @@ fi
 echo "[packages] installing Debian packages: ${missing[*]}"
 apt-get update -qq
 policy=/usr/sbin/policy-rc.d
-made_policy=""
 if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy" && made_policy=1
+  trap 'rm -f "$policy"' EXIT   # removed however the script ends: later installs must start their services
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 0755 "$policy"
 fi
 status=0
 DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
-[ -n "$made_policy" ] && rm -f "$policy"
 [ "$status" -eq 0 ] || { echo "[packages] ERROR: apt-get install ${missing[*]} failed (exit $status); run it by hand to see why" >&2; exit "$status"; }

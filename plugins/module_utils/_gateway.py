@@ -25,8 +25,6 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 ALLOWED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health")
-# POST paths routed by the body's `model`
-ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 LOOPBACK = "127.0.0.1"
 # uvicorn's default keep-alive is 5 s (uvicorn/config.py timeout_keep_alive=5): stay below it
 UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
@@ -161,14 +159,6 @@ def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[
     """This engine host's edge: one server per instance with an edge (listen edge.address:port, proxy to
     127.0.0.1:port), reachable from `allow` only, with the gateway's path allow-list."""
     opts = dict(DEFAULTS, **(options or {}))
-    if not allow:
-        raise GatewayError("the edge needs at least one gateway address to allow (gateway_edge_allow)")
-    checked = []
-    for item in allow:
-        try:
-            checked.append(str(ipaddress.ip_network(str(item), strict=False)))
-        except ValueError as exc:
-            raise GatewayError(f"gateway_edge_allow: {item!r} is not an address or network") from exc
     servers = []
     for _dep, inst in _instances(plan):
         edge = inst.get("edge")
@@ -178,4 +168,16 @@ def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[
                         "upstream": f"llmfleet_edge_{int(inst['port'])}",
                         "backend": f"{inst.get('bind_address') or LOOPBACK}:{int(inst['port'])}",
                         "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT})
+    if not servers:   # the gateway shares this host, or nothing is planned: no edge, whatever `allow` says
+        return {"servers": [], "allow": [], "paths": list(ALLOWED_PATHS)}
+    if not allow:
+        raise GatewayError(f"{plan.get('host')}: its instances have an edge ({', '.join(s['listen'] for s in servers)}) but there is "
+                           "no gateway address to allow: put a host in llm_gateway (with llmfleet_private_address), or set "
+                           "gateway_edge_allow")
+    checked = []
+    for item in allow:
+        try:
+            checked.append(str(ipaddress.ip_network(str(item), strict=False)))
+        except ValueError as exc:
+            raise GatewayError(f"gateway_edge_allow: {item!r} is not an address or network") from exc
     return {"servers": servers, "allow": sorted(set(checked)), "paths": list(ALLOWED_PATHS)}

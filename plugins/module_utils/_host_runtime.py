@@ -36,9 +36,6 @@ DRIVER_CUDA: Tuple[Tuple[Tuple[int, ...], str], ...] = (
     ((520, 61, 5), "11.8"),
 )
 
-NVIDIA_TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
-                           "libnvidia-container-tools", "libnvidia-container1")
-
 
 class HostRuntimeError(ValueError):
     """A value the roles cannot act on; the message names it and says what would work."""

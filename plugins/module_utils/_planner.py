@@ -578,7 +578,8 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     ctx.why(f"model_dir={out['model_source']['dir']}", "the local path given with the deployment" if not out["model_source"]["fetch"]
             else f"model_store fetches {m.id} into <model root>/<name>, the one folder both it and the engine use")
     ctx.why(f"bind_address={options['bind_address']}", options["bind_why"])
-    ctx.why(f"stop_timeout_s={stop_timeout()[0]}", stop_timeout()[1])
+    stop_s, stop_why = stop_timeout()
+    ctx.why(f"stop_timeout_s={stop_s}", stop_why)
     out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
                             "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
     if version < parse_version(m.min_engine):
@@ -1195,6 +1196,15 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
     unknown = sorted(set(options) - PLAN_OPTIONS)
     if unknown:
         raise PlanError(f"{host}: unknown planner options {unknown}; known: {sorted(PLAN_OPTIONS)}")
+    base_port = options.get("base_port", DEFAULT_BASE_PORT)
+    if isinstance(base_port, str) and base_port.isdigit():
+        base_port = int(base_port)   # -e llmfleet_vllm_base_port=9000 arrives as a string
+    if not isinstance(base_port, int) or isinstance(base_port, bool) or not 1024 <= base_port <= 65535:
+        raise PlanError(f"{host}: llmfleet_vllm_base_port={base_port!r}: a port between 1024 and 65535")
+    options["base_port"] = base_port
+    root = options.get("model_root", "/models")
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models")
     try:
         hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
         options["bind_address"], options["edge_address"], options["bind_why"] = bind_address(

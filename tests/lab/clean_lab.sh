@@ -4,8 +4,9 @@
 # Removes the lab's containers, networks and images (llmfleet-lab/*), stops the Docker engine when
 # this project started it (tests/images/build.sh records its pid), and deletes the project's caches:
 # .cache/ (venvs, wheel folder, and - through XDG_CACHE_HOME - pip's, Hugging Face's, vLLM's and
-# ansible-compat's caches of `make` runs), .venv/, build/, plans/, the image work folder, the lab's
-# model folder, ansible-test's offline get-pip and the collection copy ansible-lint installs.
+# ansible-compat's caches of `make` runs), .venv/, build/, plans/, ansible-lint's project cache
+# (.ansible/), hypothesis' and pytest's caches, torch.compile's /tmp cache, the image work folder, the
+# lab's model folder, ansible-test's offline get-pip and the collection copy ansible-lint installs.
 # Debian packages stay installed (apt-get purge docker.io debootstrap shellcheck for those).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,7 +40,8 @@ if [ -f "$pidfile" ]; then
   rm -f "$pidfile"
 fi
 
-for path in "$root/.cache" "$root/.venv" "$root/build" "$root/plans" "$root/tests/output" \
+for path in "$root/.cache" "$root/.venv" "$root/build" "$root/plans" "$root/tests/output" "$root/.ansible" \
+            "$root/.hypothesis" "$root/.pytest_cache" "${TMPDIR:-/tmp}/torchinductor_$(id -un)" \
             "${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}" /var/tmp/llmfleet-lab "${TMPDIR:-/tmp}/llmfleet-sanity" \
             "$HOME/.ansible/collections/ansible_collections/llmfleet"; do
   if [ -e "$path" ]; then say "removing $path"; rm -rf "$path"; fi

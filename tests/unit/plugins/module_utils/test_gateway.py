@@ -117,7 +117,9 @@ def test_edge_listens_on_the_edge_address_and_proxies_to_loopback():
         ("10.0.0.12:8002", "127.0.0.1:8002"), ("10.0.0.12:8003", "127.0.0.1:8003")]
     assert edge["paths"] == list(gw.ALLOWED_PATHS)
     assert gw.edge_model(plan("gw", ("a-0", 8002, "a", None)), ["10.0.0.10"])["servers"] == []
-    with pytest.raises(gw.GatewayError):
+    # no edge planned (an inventory without llm_gateway, or the gateway on the host): nothing to allow, no error
+    assert gw.edge_model(plan("gw", ("a-0", 8002, "a", None)), []) == {"servers": [], "allow": [], "paths": list(gw.ALLOWED_PATHS)}
+    with pytest.raises(gw.GatewayError, match="have an edge .* but there is no gateway address to allow"):
         gw.edge_model(FLEET["e2"], [])
     with pytest.raises(gw.GatewayError, match="not an address"):
         gw.edge_model(FLEET["e2"], ["everyone"])

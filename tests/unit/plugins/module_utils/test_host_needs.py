@@ -101,3 +101,16 @@ def test_os_packages_of_the_venv_runtime(package, packages):
 def test_cpu_plan_names_its_os_packages_and_gpu_plans_none():
     inst = plan_host("h", BIG_CPU, [dep("Qwen3-8B")])["deployments"][0]["instances"][0]
     assert inst["vendor"] == "cpu" and inst["os_packages"] == ["python3-venv", "libnuma1"] and inst["image_cuda"] is None
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"base_port": "80"}, r"llmfleet_vllm_base_port=80: a port between 1024 and 65535"),
+    ({"base_port": "eight"}, r"llmfleet_vllm_base_port='eight'"),
+    ({"model_root": None}, r"llmfleet_model_root=None: an absolute folder"),
+    ({"model_root": "models"}, r"llmfleet_model_root='models'"),
+])
+def test_planner_options_from_the_inventory_are_checked(options, message):
+    with pytest.raises(PlanError, match=message):
+        plan_host("h", BIG_CPU, [dep("Qwen3-8B")], options)
+    # a port given with -e arrives as a string and is taken as the number it spells
+    assert plan_host("h", BIG_CPU, [dep("Qwen3-8B")], {"base_port": "9000"})["deployments"][0]["instances"][0]["port"] == 9000

@@ -194,7 +194,8 @@ def test_arch_names_refuse_what_no_repository_has():
 
 
 def test_packages_and_repo_paths():
-    assert hr.pinned(hr.NVIDIA_TOOLKIT_PACKAGES, "1.18.1-1")[0] == "nvidia-container-toolkit=1.18.1-1"
+    assert hr.pinned(["nvidia-container-toolkit", "libnvidia-container1"], "1.18.1-1") == [
+        "nvidia-container-toolkit=1.18.1-1", "libnvidia-container1=1.18.1-1"]
     assert hr.pinned(["docker.io"], "") == ["docker.io"]
     assert hr.driver_packages("Ubuntu", "580") == ["nvidia-headless-580-server", "nvidia-utils-580-server"]
     assert hr.driver_packages("Debian", "580") == ["cuda-drivers-580"]

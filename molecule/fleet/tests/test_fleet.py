@@ -232,3 +232,10 @@ def test_secret_files_are_private():
     for path in ("/etc/nginx/llmfleet/engine_auth.inc", "/etc/nginx/llmfleet/gateway_data.js"):
         assert gateway.file(path).mode == 0o600 and gateway.file(path).user == "root"
     assert LOAD_KEY not in gateway.file("/etc/nginx/llmfleet/gateway_data.js").content_string
+
+
+def test_a_key_removed_from_the_inventory_stops_working_at_the_next_run():
+    gateway = host("llmfleet-fleet-gateway")
+    result = json.loads(gateway.file("/var/tmp/llmfleet-gateway-removed-key.json").content_string)
+    print(f"[fleet] key removed from the inventory: {result['removed']}, kept key: {result['kept']}, put back: {result['back']}")
+    assert (result["removed"], result["kept"], result["back"]) == (401, 200, 200)

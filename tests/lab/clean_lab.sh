@@ -14,15 +14,14 @@ pidfile=${LLMFLEET_DOCKERD_PIDFILE:-/var/run/llmfleet-dockerd.pid}
 say() { printf '[clean-lab] %s\n' "$*"; }
 
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  mapfile -t containers < <(docker ps -aq --filter ancestor=llmfleet-lab/debian12-systemd:lab; docker ps -aq --filter ancestor=llmfleet-lab/vllm-cpu:lab;
-                            docker ps -a --format '{{.ID}} {{.Image}}' | awk '$2 ~ /^llmfleet-lab\// { print $1 }')
+  mapfile -t containers < <(docker ps -a --format '{{.ID}} {{.Image}}' | awk '$2 ~ /^llmfleet-lab\// { print $1 }')
   if [ "${#containers[@]}" -gt 0 ]; then
     say "removing ${#containers[@]} lab container(s)"
-    docker rm -f "${containers[@]}" >/dev/null 2>&1 || true   # one may be gone already (listed twice)
+    docker rm -f "${containers[@]}" >/dev/null
   fi
-  mapfile -t networks < <(docker network ls --format '{{.Name}}' | grep '^llmfleet-' || true)
+  mapfile -t networks < <(docker network ls --format '{{.Name}}' | awk '/^llmfleet-/')
   for net in "${networks[@]}"; do say "removing network $net"; docker network rm "$net" >/dev/null; done
-  mapfile -t images < <(docker images --format '{{.Repository}}:{{.Tag}}' | grep '^llmfleet-lab/' || true)
+  mapfile -t images < <(docker images --format '{{.Repository}}:{{.Tag}}' | awk '/^llmfleet-lab\//')
   if [ "${#images[@]}" -gt 0 ]; then
     say "removing ${#images[@]} lab image tag(s)"
     docker rmi -f "${images[@]}" >/dev/null

@@ -27,8 +27,10 @@ base_torch=$("$base/bin/python" -c "import importlib.metadata as m; print(m.vers
 marker="$venv/.llmfleet-second.json"
 want="{\"version\": \"$version\", \"base\": \"$base_site\", \"torch\": \"$base_torch\"}"
 
-imported() {  # the vllm version VENV imports, and from where
-  "$venv/bin/python" -c "import importlib.metadata as m, vllm; print(m.version('vllm'), vllm.__file__)" 2>/dev/null || true
+imported() {  # the vllm version VENV imports, and from where; empty (the error in $venv.import.log) when it cannot
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, vllm; print(m.version('vllm'), vllm.__file__)" 2>"$venv.import.log"; then
+    echo ""
+  fi
 }
 
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
@@ -93,7 +95,7 @@ printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vl
 
 read -r found where <<<"$(imported)"
 if [ "${found%%+*}" != "$version" ] || [[ "$where" != "$venv"/* ]]; then
-  fail "after installing, $venv imports vllm ${found:-nothing} from ${where:-nowhere}, not $version from $venv"
+  fail "after installing, $venv imports vllm ${found:-nothing} from ${where:-nowhere}, not $version from $venv: $(tail -n 3 "$venv.import.log")"
 fi
 echo "$want" > "$marker"
 say "ready: $venv imports vllm $found; $(du -sh "$venv" | cut -f1) of its own; $((SECONDS - t0)) s"

@@ -9,6 +9,7 @@ import os
 import pathlib
 import shlex
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 
@@ -165,9 +166,19 @@ def test_models_lists_both_and_requests_route_by_model():
 def test_32_concurrent_requests_spread_over_both_instances_of_tiny_a():
     gateway = host("llmfleet-fleet-gateway")
     before = len(gateway.file(ACCESS_LOG).content_string.splitlines())
-    body = {"model": "tiny-a", "messages": [{"role": "user", "content": "count to three"}], "max_tokens": 16, "temperature": 0}
+    # least_conn counts requests in flight: the split is even only when all 32 overlap. So every request is long
+    # (64 tokens, EOS ignored: the engines queue them, 4 at a time) and all 32 start together (a barrier); with
+    # short ones a loaded 2-core machine finishes the first before the last is sent, and the faster engine wins.
+    body = {"model": "tiny-a", "messages": [{"role": "user", "content": "count to three"}], "max_tokens": 64,
+            "ignore_eos": True, "temperature": 0}
+    barrier = threading.Barrier(32)
+
+    def one(_i):
+        barrier.wait(timeout=60)
+        return request("/v1/chat/completions", body, timeout=180)[0]
+
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
-        statuses = list(pool.map(lambda _i: request("/v1/chat/completions", body, timeout=120)[0], range(32)))
+        statuses = list(pool.map(one, range(32)))
     assert statuses == [200] * 32
     lines = [json.loads(line) for line in gateway.file(ACCESS_LOG).content_string.splitlines()[before:]]
     counts = {}

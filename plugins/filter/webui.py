@@ -1,0 +1,33 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters for the web UI: webui_service (what the webui role writes) and webui_front (the gateway's
+server in front of it); docs in the sidecar YAML files."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _serving
+from ansible_collections.llmfleet.serving.plugins.module_utils import _webui as w
+
+
+def _call(func, *args):
+    try:
+        return func(*args)
+    except (w.WebUIError, _serving.ServingError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+
+
+def webui_service(options, gateway_api_keys):
+    return _call(w.service, dict(options or {}), gateway_api_keys)
+
+
+def webui_front(listen, port):
+    return _call(w.front, list(listen or []), port)
+
+
+class FilterModule:
+    def filters(self):
+        return {"webui_service": webui_service, "webui_front": webui_front}

@@ -1,0 +1,224 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""PRIVATE module_utils of llmfleet.serving: Open WebUI on a gateway host - its environment, its unit and
+where it points. Not a public API. Pure and typed.
+
+Facts behind the settings (../shared/EDGE.md section 4, read in open-webui 0.12.4's env.py/config.py):
+- WEBUI_ADMIN_EMAIL/PASSWORD/NAME create the admin in the app's lifespan start-up when no user exists, and
+  uvicorn accepts connections only after the lifespan start-up: the port never answers before the admin
+  exists (until a user exists the first signup would become admin, ENABLE_SIGNUP or not).
+- Signup, default role, Ollama, OPENAI_API_BASE_URLS/KEYS and the RAG engine are written to the database at
+  first start and the database wins afterwards, unless ENABLE_PERSISTENT_CONFIG=false: then the environment
+  wins at every start, so a key changed in the inventory reaches the UI at the next run.
+- USE_SLIM_DOCKER=true is the mode of the requirements-slim.txt install (no torch, no chromadb; vector
+  store pgvector only when used); RAG_EMBEDDING_ENGINE=openai means no embedding model is loaded or
+  downloaded; OFFLINE_MODE=true sets HF_HUB_OFFLINE and skips the version check.
+- Fixed advisories: 0.12.4 ("strongly recommended" security fixes), 0.11.4 (seven CVEs), 0.9.5 (SSRF),
+  0.9.0 (x-api-key bypass): nothing older is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._serving import env_file, systemd_quote
+
+MIN_VERSION: Tuple[int, int, int] = (0, 12, 4)
+SERVICE = "llmfleet-open-webui"
+# what the role decides; webui_extra_env may not change them
+MANAGED = (
+    "DATA_DIR", "HOME", "WEBUI_SECRET_KEY", "WEBUI_AUTH", "WEBUI_ADMIN_EMAIL", "WEBUI_ADMIN_PASSWORD", "WEBUI_ADMIN_NAME",
+    "ENABLE_SIGNUP", "DEFAULT_USER_ROLE", "ENABLE_PERSISTENT_CONFIG", "RESET_CONFIG_ON_START", "ENABLE_OLLAMA_API",
+    "ENABLE_OPENAI_API", "OPENAI_API_BASE_URLS", "OPENAI_API_KEYS", "OFFLINE_MODE", "HF_HUB_OFFLINE", "RAG_EMBEDDING_ENGINE",
+    "RAG_OPENAI_API_BASE_URL", "RAG_OPENAI_API_KEY", "USE_SLIM_DOCKER", "FORWARDED_ALLOW_IPS", "PORT", "HOST",
+)
+EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
+
+
+class WebUIError(ValueError):
+    """Malformed web UI input: one sentence naming the variable."""
+
+
+def version_tuple(version: str) -> Tuple[int, int, int]:
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", str(version).strip())
+    if not match:
+        raise WebUIError(f"webui_version={version!r} must be an exact release such as 0.12.4")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def check_version(version: str) -> str:
+    if version_tuple(version) < MIN_VERSION:
+        floor = ".".join(map(str, MIN_VERSION))
+        raise WebUIError(f"webui_version={version} is older than {floor}, the oldest Open WebUI with the published security "
+                         f"fixes (0.12.4 security release, 0.11.4 seven CVEs, 0.9.5 SSRF): set webui_version to {floor} or newer")
+    return str(version).strip()
+
+
+def gateway_key(keys: Any, name: str) -> str:
+    """The key named `name` in gateway_api_keys: the web UI is a client of the gateway like any other."""
+    if not isinstance(keys, list):
+        raise WebUIError("gateway_api_keys is not a list of {name, key}: the web UI uses one of them to reach the gateway")
+    for item in keys:
+        if isinstance(item, Mapping) and str(item.get("name")) == name and item.get("key"):
+            return str(item["key"])
+    names = sorted(str(i.get("name")) for i in keys if isinstance(i, Mapping))
+    raise WebUIError(f"gateway_api_keys has no key named {name!r} (names: {', '.join(names) or 'none'}): add one "
+                     f"({{name: {name}, key: <vault>}}) or set webui_gateway_key_name to one of them")
+
+
+def local_url(listen: Sequence[str]) -> str:
+    """The gateway's own /v1 URL on its host, from its nginx listen values: a plain listener first; a
+    wildcard address is reached on loopback."""
+    if not listen:
+        raise WebUIError("gateway_listen is empty: the web UI reaches the models through the gateway")
+    parsed: List[Tuple[bool, str, int]] = []
+    for value in listen:
+        words = str(value).split()
+        if not words or words[0].startswith("unix:"):
+            continue
+        match = LISTEN_RE.match(words[0])
+        if not match:
+            raise WebUIError(f"gateway_listen value {value!r} is not an nginx listen address[:port]")
+        tls = "ssl" in words[1:]
+        host = match.group("host")
+        port_text = match.group("port")
+        if host and host.isdigit() and not port_text:
+            host, port_text = None, host
+        v6 = match.group("v6")
+        if v6 is not None:
+            address = "[::1]" if v6 in ("::", "0:0:0:0:0:0:0:0") else f"[{v6}]"
+        elif host in (None, "*", "0.0.0.0"):
+            address = "127.0.0.1"
+        else:
+            address = host
+        parsed.append((tls, address, int(port_text) if port_text else (443 if tls else 80)))
+    if not parsed:
+        raise WebUIError(f"gateway_listen {list(listen)!r} has no TCP listener the web UI could use")
+    tls, address, port = sorted(parsed, key=lambda p: p[0])[0]
+    scheme = "https" if tls else "http"
+    default = 443 if tls else 80
+    return f"{scheme}://{address}{'' if port == default else f':{port}'}/v1"
+
+
+def environment(options: Mapping[str, Any]) -> Dict[str, str]:
+    """Open WebUI's whole environment (the EnvironmentFile's content)."""
+    email = str(options.get("admin_email") or "")
+    password = str(options.get("admin_password") or "")
+    if not EMAIL_RE.match(email):
+        raise WebUIError(f"webui_admin_email={email!r} is not an e-mail address: the admin is created from it at the first start")
+    if len(password) < 8:
+        raise WebUIError("webui_admin_password must have at least 8 characters (keep it in vault)")
+    secret = str(options.get("secret_key") or "")
+    if len(secret) < 24:
+        raise WebUIError("the web UI's secret key must have at least 24 characters (host_common controller_secret makes 48)")
+    base_url = str(options["gateway_url"])
+    key = str(options["gateway_key"])
+    data_dir = str(options["data_dir"])
+    env = {
+        "DATA_DIR": data_dir,
+        "HOME": data_dir,
+        "WEBUI_SECRET_KEY": secret,
+        "WEBUI_AUTH": "true",
+        "WEBUI_ADMIN_EMAIL": email,
+        "WEBUI_ADMIN_PASSWORD": password,
+        "WEBUI_ADMIN_NAME": str(options.get("admin_name") or "Admin"),
+        "ENABLE_SIGNUP": "false",
+        "DEFAULT_USER_ROLE": "pending",
+        "ENABLE_PERSISTENT_CONFIG": "false",
+        "ENABLE_OLLAMA_API": "false",
+        "ENABLE_OPENAI_API": "true",
+        "OPENAI_API_BASE_URLS": base_url,
+        "OPENAI_API_KEYS": key,
+        "RAG_EMBEDDING_ENGINE": "openai",
+        "RAG_OPENAI_API_BASE_URL": base_url,
+        "RAG_OPENAI_API_KEY": key,
+        "OFFLINE_MODE": "true",
+        "HF_HUB_OFFLINE": "1",
+        "FORWARDED_ALLOW_IPS": "127.0.0.1",
+        "ENABLE_VERSION_UPDATE_CHECK": "false",
+        "ANONYMIZED_TELEMETRY": "false",
+        "DO_NOT_TRACK": "true",
+        "SCARF_NO_ANALYTICS": "true",
+    }
+    if options.get("slim", True):
+        env["USE_SLIM_DOCKER"] = "true"
+    public = str(options.get("public_url") or "")
+    if public:
+        if not re.match(r"^https?://[^\s/]+", public):
+            raise WebUIError(f"webui_public_url={public!r} must be an http(s) URL such as https://chat.example.org")
+        env["WEBUI_URL"] = public.rstrip("/")
+        env["CORS_ALLOW_ORIGIN"] = public.rstrip("/")
+    extra = options.get("extra_env") or {}
+    if not isinstance(extra, Mapping):
+        raise WebUIError("webui_extra_env must be a mapping of NAME: value")
+    clash = sorted(set(extra) & set(MANAGED))
+    if clash:
+        raise WebUIError(f"webui_extra_env sets {', '.join(clash)}, which the webui role manages (see its argument spec): "
+                         "set the role's own variable instead")
+    env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+def unit(options: Mapping[str, Any]) -> str:
+    """The systemd unit: loopback only, its own user, the secrets in the EnvironmentFile."""
+    port = int(options["port"])
+    exec_start = " ".join(systemd_quote(a) for a in [f"{options['venv']}/bin/open-webui", "serve", "--host", "127.0.0.1",
+                                                       "--port", str(port)])
+    return "\n".join([
+        "# Managed by llmfleet.serving (role webui): edits are overwritten.",
+        "[Unit]",
+        f"Description=Open WebUI {options['version']} on 127.0.0.1:{port} (behind the gateway's nginx)",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"User={options['user']}",
+        f"Group={options['user']}",
+        f"EnvironmentFile={options['env_path']}",
+        f"WorkingDirectory={options['data_dir']}",
+        f"ExecStart={exec_start}",
+        "Restart=on-failure",
+        "RestartSec=5",
+        "TimeoutStopSec=30",
+        "UMask=0027",
+        "NoNewPrivileges=yes",
+        "LimitNOFILE=65536",
+        f"SyslogIdentifier={SERVICE}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def service(options: Mapping[str, Any], keys: Any) -> Dict[str, Any]:
+    """Everything the webui role writes and checks, from its variables."""
+    version = check_version(str(options["version"]))
+    key = gateway_key(keys, str(options["gateway_key_name"]))
+    gateway_url = str(options.get("gateway_url") or local_url(options["gateway_listen"]))
+    venv = f"{str(options['venv_root']).rstrip('/')}/{version}"
+    full = dict(options, version=version, venv=venv, gateway_url=gateway_url, gateway_key=key)
+    port = int(options["port"])
+    if not 1 <= port <= 65535:
+        raise WebUIError(f"webui_port={port} is not a TCP port")
+    return {
+        "version": version,
+        "package": f"open-webui=={version}",
+        "venv": venv,
+        "env_text": env_file(environment(full)),
+        "unit_text": unit(full),
+        "unit": SERVICE,
+        "gateway_url": gateway_url,
+        "url": f"http://127.0.0.1:{port}",
+    }
+
+
+def front(listen: Optional[Sequence[str]], port: int) -> Dict[str, Any]:
+    """The gateway's server for the web UI: its listen values and the loopback backend."""
+    values = [str(v) for v in (listen or [])]
+    if not values:
+        raise WebUIError("gateway_webui_listen is empty: the web UI on this host needs a listener in front of it")
+    return {"listen": values, "backend": f"127.0.0.1:{int(port)}"}

@@ -1,0 +1,120 @@
+"""The web UI's decisions: version floor, the gateway key it uses, the gateway's URL on its host, its
+environment (signup off, persistent config off, offline, no local embedding model) and its unit."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+from ansible_collections.llmfleet.serving.plugins.filter import webui as webui_filter
+from ansible_collections.llmfleet.serving.plugins.module_utils import _webui as w
+
+from llmfleet_testing import ROOT
+
+KEYS = [{"name": "load", "key": "l" * 32}, {"name": "webui", "key": "w" * 32}]
+OPTIONS = {"version": "0.12.4", "venv_root": "/opt/llmfleet/open-webui", "data_dir": "/var/lib/open-webui",
+           "env_path": "/etc/llmfleet/open-webui.env", "user": "open-webui", "port": 3080, "admin_email": "admin@lab.example",
+           "admin_password": "Secret-pass-1", "admin_name": "Admin", "secret_key": "s" * 48, "gateway_key_name": "webui",
+           "gateway_listen": ["80"], "gateway_url": "", "public_url": "", "slim": True, "extra_env": {}}
+
+
+def env_of(text):
+    return dict(line.split("=", 1) for line in text.strip().splitlines())
+
+
+def test_the_service_points_at_the_gateway_on_loopback_with_its_own_key():
+    svc = w.service(OPTIONS, KEYS)
+    assert svc["package"] == "open-webui==0.12.4" and svc["venv"] == "/opt/llmfleet/open-webui/0.12.4"
+    assert svc["gateway_url"] == "http://127.0.0.1/v1" and svc["url"] == "http://127.0.0.1:3080"
+    env = env_of(svc["env_text"])
+    assert env["OPENAI_API_BASE_URLS"] == '"http://127.0.0.1/v1"' and env["OPENAI_API_KEYS"] == '"' + "w" * 32 + '"'
+    for name, value in {"ENABLE_SIGNUP": "false", "DEFAULT_USER_ROLE": "pending", "ENABLE_PERSISTENT_CONFIG": "false",
+                        "ENABLE_OLLAMA_API": "false", "OFFLINE_MODE": "true", "RAG_EMBEDDING_ENGINE": "openai",
+                        "USE_SLIM_DOCKER": "true", "WEBUI_AUTH": "true", "FORWARDED_ALLOW_IPS": "127.0.0.1"}.items():
+        assert env[name] == f'"{value}"', name
+    assert "l" * 32 not in svc["env_text"] and "w" * 32 not in svc["unit_text"] and "Secret-pass-1" not in svc["unit_text"]
+    unit = svc["unit_text"]
+    assert "ExecStart=/opt/llmfleet/open-webui/0.12.4/bin/open-webui serve --host 127.0.0.1 --port 3080" in unit
+    assert "User=open-webui" in unit and "EnvironmentFile=/etc/llmfleet/open-webui.env" in unit and "NoNewPrivileges=yes" in unit
+    assert "USE_SLIM_DOCKER" not in w.service(dict(OPTIONS, slim=False), KEYS)["env_text"]
+
+
+@pytest.mark.parametrize("version", ["0.12.3", "0.11.4", "0.6.5"])
+def test_releases_before_the_security_fixes_are_refused(version):
+    with pytest.raises(w.WebUIError, match=f"webui_version={version} is older than 0.12.4"):
+        w.service(dict(OPTIONS, version=version), KEYS)
+
+
+def test_versions_must_be_exact():
+    with pytest.raises(w.WebUIError, match="exact release"):
+        w.check_version("latest")
+    assert w.check_version("0.13.0") == "0.13.0"
+
+
+def test_the_gateway_key_is_picked_by_name_and_a_missing_one_names_the_others_not_their_keys():
+    assert w.gateway_key(KEYS, "load") == "l" * 32
+    with pytest.raises(w.WebUIError, match="no key named 'ui'.*names: load, webui") as err:
+        w.gateway_key(KEYS, "ui")
+    assert "l" * 32 not in str(err.value)
+    with pytest.raises(w.WebUIError, match="not a list"):
+        w.gateway_key(None, "webui")
+
+
+@pytest.mark.parametrize("listen, url", [
+    (["80"], "http://127.0.0.1/v1"),
+    (["8080"], "http://127.0.0.1:8080/v1"),
+    (["10.0.0.5:80"], "http://10.0.0.5/v1"),
+    (["0.0.0.0:8000"], "http://127.0.0.1:8000/v1"),
+    (["*:81"], "http://127.0.0.1:81/v1"),
+    (["[::]:80"], "http://[::1]/v1"),
+    (["443 ssl", "80"], "http://127.0.0.1/v1"),
+    (["443 ssl http2"], "https://127.0.0.1/v1"),
+    (["unix:/run/x.sock", "8001 reuseport"], "http://127.0.0.1:8001/v1"),
+])
+def test_the_gateways_own_url_comes_from_its_listen_values(listen, url):
+    assert w.local_url(listen) == url
+
+
+def test_listen_values_without_a_tcp_listener_are_refused():
+    with pytest.raises(w.WebUIError, match="empty"):
+        w.local_url([])
+    with pytest.raises(w.WebUIError, match="no TCP listener"):
+        w.local_url(["unix:/run/x.sock"])
+    with pytest.raises(w.WebUIError, match="not an nginx listen"):
+        w.local_url(["10.0.0.1:80:90"])
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"admin_email": "admin"}, "webui_admin_email='admin' is not an e-mail address"),
+    ({"admin_password": "short"}, "at least 8 characters"),
+    ({"secret_key": "abc"}, "secret key must have at least 24"),
+    ({"extra_env": {"ENABLE_SIGNUP": "true", "X": "1"}}, "webui_extra_env sets ENABLE_SIGNUP, which the webui role manages"),
+    ({"public_url": "chat.example.org"}, "must be an http"),
+    ({"port": 70000}, "not a TCP port"),
+])
+def test_bad_inputs_fail_with_the_variable_named_and_no_secret(change, match):
+    with pytest.raises(w.WebUIError, match=match) as err:
+        w.service(dict(OPTIONS, **change), KEYS)
+    assert "Secret-pass-1" not in str(err.value) and "s" * 48 not in str(err.value)
+
+
+def test_public_url_and_extra_env_reach_the_environment():
+    env = env_of(w.service(dict(OPTIONS, public_url="https://chat.example.org/", extra_env={"GLOBAL_LOG_LEVEL": "DEBUG"}), KEYS)["env_text"])
+    assert env["WEBUI_URL"] == env["CORS_ALLOW_ORIGIN"] == '"https://chat.example.org"' and env["GLOBAL_LOG_LEVEL"] == '"DEBUG"'
+
+
+def test_the_filters_turn_errors_into_filter_errors():
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="older than 0.12.4"):
+        webui_filter.webui_service(dict(OPTIONS, version="0.9.0"), KEYS)
+    with pytest.raises(AnsibleFilterError, match="gateway_webui_listen is empty"):
+        webui_filter.webui_front([], 3080)
+    assert webui_filter.webui_front(["3000"], 3080) == {"listen": ["3000"], "backend": "127.0.0.1:3080"}
+
+
+def test_the_two_roles_default_to_the_same_loopback_port():
+    webui = yaml.safe_load((pathlib.Path(ROOT) / "roles" / "webui" / "defaults" / "main.yml").read_text())
+    gateway = yaml.safe_load((pathlib.Path(ROOT) / "roles" / "gateway" / "defaults" / "main.yml").read_text())
+    assert gateway["gateway_webui_port"] == "{{ webui_port | default(%d) }}" % webui["webui_port"]

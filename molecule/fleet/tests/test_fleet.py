@@ -8,6 +8,8 @@ import json
 import os
 import pathlib
 import shlex
+import socket
+import ssl
 import subprocess
 import threading
 import urllib.error
@@ -250,3 +252,33 @@ def test_a_key_removed_from_the_inventory_stops_working_at_the_next_run():
     result = json.loads(gateway.file("/var/tmp/llmfleet-gateway-removed-key.json").content_string)
     print(f"[fleet] key removed from the inventory: {result['removed']}, kept key: {result['kept']}, put back: {result['back']}")
     assert (result["removed"], result["kept"], result["back"]) == (401, 200, 200)
+
+
+def test_gateway_overhead_benchmark_runs_and_prints_its_figures():
+    """Not a timed test: tests/benchmarks/gateway_overhead.py runs on engine 2 (the direct URL is tiny-b's
+    loopback port) and prints its figures; only its completing is asserted."""
+    hostname = "llmfleet-fleet-engine2"
+    inst = next(i for h, i in instances() if h == hostname and i["served_model_name"] == "tiny-b")
+    code = (HERE.parents[2] / "tests" / "benchmarks" / "gateway_overhead.py").read_text()
+    cmd = (f"{ENGINE_PYTHON} -c {shlex.quote(code)} --gateway {GATEWAY}/v1 --gateway-key {LOAD_KEY} "
+           f"--direct http://127.0.0.1:{inst['port']}/v1 --direct-key {shlex.quote(engine_key())} --model tiny-b -n 20 --max-tokens 32")
+    out = host(hostname).check_output(cmd)
+    print(out)
+    assert out.count("[bench] direct ") == 1 and out.count("[bench] gateway ") == 1 and "[bench] overhead:" in out
+
+
+def test_tls_with_the_self_signed_certificate_of_the_gateway_host(tmp_path):
+    pem = host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet-tls/gateway.crt").content_string
+    (tmp_path / "ca.pem").write_text(pem)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))   # verifies the chain and 172.30.77.10 in its SANs
+    req = urllib.request.Request("https://172.30.77.10/v1/models", headers={"Authorization": f"Bearer {LOAD_KEY}"})
+    with urllib.request.urlopen(req, timeout=30, context=context) as resp:
+        assert resp.status == 200 and sorted(m["id"] for m in json.loads(resp.read())["data"]) == ["tiny-a", "tiny-b"]
+    try:
+        urllib.request.urlopen("https://172.30.77.10/v1/models", timeout=30, context=context)
+        status = 200
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    assert status == 401, "over TLS the key is checked the same"
+    with socket.create_connection(("172.30.77.10", 443), timeout=10) as raw, context.wrap_socket(raw, server_hostname="172.30.77.10") as tls:
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")

@@ -160,9 +160,10 @@ def test_the_reference_inventories_plans_make_a_gateway():
     assert len(edge["servers"]) == sum(len(d["instances"]) for d in remote["deployments"])
 
 
-def _render(tmp_path, model, edge=None, webui=None):
+def _render(tmp_path, model, edge=None, webui=None, tls_dir=None):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined)
     env.filters["to_json"] = json.dumps
+    env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("true", "yes", "1")
     env.filters["ansible.builtin.items2dict"] = lambda items, key_name, value_name: {i[key_name]: i[value_name] for i in items}
     root = tmp_path / "etc"
     (root / "llmfleet").mkdir(parents=True)
@@ -171,7 +172,8 @@ def _render(tmp_path, model, edge=None, webui=None):
            "gateway_listen": ["127.0.0.1:18099"], "gateway_client_max_body_size": "1m", "gateway_proxy_read_timeout": "600s",
            "gateway_proxy_connect_timeout": "5s", "__gateway_engine_key": "E" * 48,
            "__gateway_keys": gw.api_keys([{"name": "t", "key": "k" * 32}]), "__gateway_edge": edge,
-           "__gateway_webui": webui, "gateway_webui_client_max_body_size": "25m"}
+           "__gateway_webui": webui, "gateway_webui_client_max_body_size": "25m",
+           "__gateway_tls_enabled": bool(tls_dir), "__gateway_tls_dir": str(tls_dir), "gateway_tls_listen": ["127.0.0.1:18443 ssl"]}
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else
                  {"gateway.conf.j2": "llmfleet/gateway.conf", "engine_auth.inc.j2": "llmfleet/engine_auth.inc",
@@ -238,3 +240,24 @@ def test_the_web_ui_front_renders_beside_the_gateway_and_validates(tmp_path):
     assert "default upgrade;" in conf and 'proxy_http_version 1.1;' in conf and "proxy_buffering off;" in conf
     result = _nginx_t(root)
     assert result.returncode == 0, result.stderr
+
+
+def test_tls_listeners_use_the_certificate_named_at_the_http_level(tmp_path):
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1", "-nodes", "-days", "2",
+                    "-subj", "/CN=gw", "-keyout", str(tls / "gateway.key"), "-out", str(tls / "gateway.crt")],
+                   check=True, capture_output=True)
+    local = plan_of("v100_pair", gateway_on_host=True)
+    model = gw.gateway_model({local["host"]: local}, local["host"])
+    root = _render(tmp_path, model, webui=webui_filter.webui_front(["127.0.0.1:18098", "127.0.0.1:18444 ssl"], 3080), tls_dir=tls)
+    main = (root / "nginx.conf").read_text()
+    assert f"ssl_certificate {tls}/gateway.crt;" in main and "ssl_protocols TLSv1.2 TLSv1.3;" in main
+    conf = (root / "llmfleet" / "gateway.conf").read_text()
+    assert "listen 127.0.0.1:18099;" in conf and "listen 127.0.0.1:18443 ssl;" in conf
+    result = _nginx_t(root)
+    assert result.returncode == 0, result.stderr
+    # without TLS no certificate is named, and the TLS listener is not there
+    plain = _render(tmp_path / "plain", model)
+    assert "ssl_certificate" not in (plain / "nginx.conf").read_text()
+    assert "18443" not in (plain / "llmfleet" / "gateway.conf").read_text()

@@ -1,6 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters for the web UI: webui_service (what the webui role writes) and webui_front (the gateway's
+"""Filters for the web UI: webui_service (what the webui role writes), webui_errors (what is
+wrong with its inputs, no secrets) and webui_front (the gateway's
 server in front of it); docs in the sidecar YAML files."""
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ def webui_service(options, gateway_api_keys):
     return _call(w.service, dict(options or {}), gateway_api_keys)
 
 
+def webui_errors(options, gateway_api_keys):
+    return w.errors(dict(options or {}), gateway_api_keys)
+
+
 def webui_front(listen, port):
     return _call(w.front, list(listen or []), port)
 
 
 class FilterModule:
     def filters(self):
-        return {"webui_service": webui_service, "webui_front": webui_front}
+        return {"webui_service": webui_service, "webui_errors": webui_errors, "webui_front": webui_front}

@@ -32,6 +32,7 @@ MANAGED = (
     "ENABLE_SIGNUP", "DEFAULT_USER_ROLE", "ENABLE_PERSISTENT_CONFIG", "RESET_CONFIG_ON_START", "ENABLE_OLLAMA_API",
     "ENABLE_OPENAI_API", "OPENAI_API_BASE_URLS", "OPENAI_API_KEYS", "OFFLINE_MODE", "HF_HUB_OFFLINE", "RAG_EMBEDDING_ENGINE",
     "RAG_OPENAI_API_BASE_URL", "RAG_OPENAI_API_KEY", "USE_SLIM_DOCKER", "FORWARDED_ALLOW_IPS", "PORT", "HOST",
+    "WEBUI_URL", "CORS_ALLOW_ORIGIN",
 )
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
@@ -108,8 +109,9 @@ def environment(options: Mapping[str, Any]) -> Dict[str, str]:
     password = str(options.get("admin_password") or "")
     if not EMAIL_RE.match(email):
         raise WebUIError(f"webui_admin_email={email!r} is not an e-mail address: the admin is created from it at the first start")
-    if len(password) < 8:
-        raise WebUIError("webui_admin_password must have at least 8 characters (keep it in vault)")
+    if len(password) < 8 or len(password.encode()) > 72:
+        # bcrypt refuses more than 72 bytes: Open WebUI would log the error and start with no user at all
+        raise WebUIError("webui_admin_password must have 8 to 72 bytes (bcrypt's limit; keep it in vault)")
     secret = str(options.get("secret_key") or "")
     if len(secret) < 24:
         raise WebUIError("the web UI's secret key must have at least 24 characters (host_common controller_secret makes 48)")
@@ -148,8 +150,12 @@ def environment(options: Mapping[str, Any]) -> Dict[str, str]:
     if public:
         if not re.match(r"^https?://[^\s/]+", public):
             raise WebUIError(f"webui_public_url={public!r} must be an http(s) URL such as https://chat.example.org")
+        # the only origin the API and the socket.io endpoint accept (Open WebUI's default '*' reflects any origin
+        # with credentials allowed)
         env["WEBUI_URL"] = public.rstrip("/")
         env["CORS_ALLOW_ORIGIN"] = public.rstrip("/")
+        if public.startswith("https://"):
+            env["WEBUI_SESSION_COOKIE_SECURE"] = "true"
     extra = options.get("extra_env") or {}
     if not isinstance(extra, Mapping):
         raise WebUIError("webui_extra_env must be a mapping of NAME: value")
@@ -214,6 +220,17 @@ def service(options: Mapping[str, Any], keys: Any) -> Dict[str, Any]:
         "gateway_url": gateway_url,
         "url": f"http://127.0.0.1:{port}",
     }
+
+
+def errors(options: Mapping[str, Any], keys: Any) -> List[str]:
+    """What is wrong with the web UI's inputs, as sentences without secrets ([] when nothing is)."""
+    try:
+        service(options, keys)
+    except WebUIError as exc:
+        return [str(exc)]
+    except (KeyError, TypeError) as exc:
+        return [f"the webui role's inputs are malformed ({type(exc).__name__}: {exc})"]
+    return []
 
 
 def front(listen: Optional[Sequence[str]], port: int) -> Dict[str, Any]:

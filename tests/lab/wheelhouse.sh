@@ -41,6 +41,39 @@ with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[2], "wb") as out:
     out.write(wheel.read("requirements-slim.txt"))
 PY
   download -r "$slim"
+  # pip evaluates markers for THIS Python (3.11.7 here); Debian 12's is 3.11.2, and some wheels need more
+  # there (redis: async-timeout; python_full_version < "3.11.3"). Add what only the lab's Python asks for.
+  for _round in 1 2 3; do
+    extra=$(python3 - "$dir" <<'PY'
+import email, glob, sys, zipfile
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.markers import default_environment
+here = default_environment()
+lab = dict(here, python_full_version="3.11.2", python_version="3.11")
+have = {p.split("/")[-1].split("-")[0].lower().replace("_", "-") for p in glob.glob(sys.argv[1] + "/*.whl")}
+need = set()
+for path in glob.glob(sys.argv[1] + "/*.whl"):
+    with zipfile.ZipFile(path) as wheel:
+        meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        msg = email.message_from_bytes(wheel.read(meta))
+    extras = [""] + (msg.get_all("Provides-Extra") or [])
+    for text in msg.get_all("Requires-Dist") or []:
+        req = Requirement(text)
+        if not req.marker:
+            continue
+        on_lab = any(req.marker.evaluate(dict(lab, extra=e)) for e in extras)
+        here_too = any(req.marker.evaluate(dict(here, extra=e)) for e in extras)
+        name = req.name.lower().replace("_", "-")
+        if on_lab and not here_too and name not in have:
+            need.add(f"{req.name}{req.specifier}")
+print(" ".join(sorted(need)))
+PY
+)
+    [ -n "$extra" ] || break
+    echo "[wheelhouse]   for Debian 12's Python 3.11.2 also: $extra"
+    read -ra wanted <<<"$extra"
+    download "${wanted[@]}"
+  done
 fi
 touch "$stamp"
 wheels=("$dir"/*.whl)

@@ -47,8 +47,9 @@ def test_open_webui_runs_as_its_own_user_on_loopback_only():
     assert host.socket("tcp://127.0.0.1:3080").is_listening
     assert not host.socket("tcp://0.0.0.0:3080").is_listening
     assert not host.socket("tcp://172.30.77.10:3080").is_listening
-    owners = host.check_output("ps -o user= -C open-webui || ps -eo user=,args= | grep '[o]pen-webui serve' | cut -d' ' -f1")
-    assert set(owners.split()) == {"open-webui"}, owners
+    # user:32 - plain `user` cuts names to 8 characters (open-we+)
+    owners = host.check_output("ps -eo user:32=,args= | grep '[o]pen-webui serve' | awk '{print $1}'")
+    assert owners and set(owners.split()) == {"open-webui"}, owners
     env = host.file("/etc/llmfleet/open-webui.env")
     assert env.mode == 0o640 and env.user == "root" and env.group == "open-webui"
     assert 'ENABLE_PERSISTENT_CONFIG="false"' in env.content_string and 'ENABLE_SIGNUP="false"' in env.content_string

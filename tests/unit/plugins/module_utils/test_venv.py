@@ -9,6 +9,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _venv as v
 
+PINNED_DIGEST = "10094a2a5ba4e5f8"   # wanted_record of PARAMS before requirements_from_package existed
 PARAMS = {"package": "vllm==0.17.0", "index_url": None, "extra_index_urls": [], "find_links": [], "no_index": False, "cert": None}
 
 
@@ -169,5 +170,7 @@ def test_requirements_from_package_installs_the_package_alone_then_its_list():
     assert v.pip_install_command("/p", "/l", params)[-2:] == ["--no-deps", "vllm==0.17.0"]
     assert v.pip_install_command("/p", "/l", params, requirement_file="/s/requirements-slim.txt")[-2:] == ["-r", "/s/requirements-slim.txt"]
     assert "--no-deps" not in v.pip_install_command("/p", "/l", PARAMS)
-    assert "requirements_from_package" not in v.wanted_record(PARAMS, [])   # venvs installed before keep their digest
+    # venvs installed before the option existed keep their digest (this value is the one they recorded)
+    assert "requirements_from_package" not in v.wanted_record(PARAMS, [])
+    assert v.wanted_record(PARAMS, [])["digest"] == PINNED_DIGEST
     assert v.wanted_record(params, [])["digest"] != v.wanted_record(PARAMS, [])["digest"]

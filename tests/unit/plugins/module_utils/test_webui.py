@@ -88,7 +88,8 @@ def test_listen_values_without_a_tcp_listener_are_refused():
 
 @pytest.mark.parametrize("change, match", [
     ({"admin_email": "admin"}, "webui_admin_email='admin' is not an e-mail address"),
-    ({"admin_password": "short"}, "at least 8 characters"),
+    ({"admin_password": "short"}, "must have 8 to 72 bytes"),
+    ({"admin_password": "ü" * 40}, "must have 8 to 72 bytes"),   # 80 bytes: bcrypt would refuse it and leave no admin
     ({"secret_key": "abc"}, "secret key must have at least 24"),
     ({"extra_env": {"ENABLE_SIGNUP": "true", "X": "1"}}, "webui_extra_env sets ENABLE_SIGNUP, which the webui role manages"),
     ({"public_url": "chat.example.org"}, "must be an http"),
@@ -103,6 +104,19 @@ def test_bad_inputs_fail_with_the_variable_named_and_no_secret(change, match):
 def test_public_url_and_extra_env_reach_the_environment():
     env = env_of(w.service(dict(OPTIONS, public_url="https://chat.example.org/", extra_env={"GLOBAL_LOG_LEVEL": "DEBUG"}), KEYS)["env_text"])
     assert env["WEBUI_URL"] == env["CORS_ALLOW_ORIGIN"] == '"https://chat.example.org"' and env["GLOBAL_LOG_LEVEL"] == '"DEBUG"'
+
+
+def test_errors_lists_the_problem_without_secrets_and_nothing_when_good():
+    assert w.errors(OPTIONS, KEYS) == []
+    problems = w.errors(dict(OPTIONS, version="0.9.0"), [{"name": "load", "key": "l" * 32}])
+    assert len(problems) == 1 and "older than 0.12.4" in problems[0]
+    assert "no key named 'webui'" in w.errors(OPTIONS, [{"name": "load", "key": "l" * 32}])[0]
+
+
+def test_an_https_public_url_makes_cookies_secure_and_is_the_only_origin():
+    env = env_of(w.service(dict(OPTIONS, public_url="https://chat.example.org"), KEYS)["env_text"])
+    assert env["WEBUI_SESSION_COOKIE_SECURE"] == '"true"' and env["CORS_ALLOW_ORIGIN"] == '"https://chat.example.org"'
+    assert "WEBUI_SESSION_COOKIE_SECURE" not in w.service(dict(OPTIONS, public_url="http://10.0.0.5:3000"), KEYS)["env_text"]
 
 
 def test_the_filters_turn_errors_into_filter_errors():

@@ -21,7 +21,7 @@ import ipaddress
 import json
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 ALLOWED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health")
 LOOPBACK = "127.0.0.1"
@@ -30,6 +30,7 @@ UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
 DEFAULTS: Dict[str, Any] = {"keepalive": 16, "max_fails": 2, "fail_timeout": "10s"}
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
 
 
 class GatewayError(ValueError):
@@ -180,3 +181,37 @@ def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[
         except ValueError as exc:
             raise GatewayError(f"gateway_edge_allow: {item!r} is not an address or network") from exc
     return {"servers": servers, "allow": sorted(set(checked)), "paths": list(ALLOWED_PATHS)}
+
+
+def local_url(listen: Sequence[str]) -> str:
+    """The gateway's own /v1 URL on its host (what the web UI and verify.yml use there), from its nginx
+    listen values: a plain listener first; a wildcard address is reached on loopback."""
+    if not listen:
+        raise GatewayError("gateway_listen is empty: nothing on this host can reach the gateway")
+    parsed: List[Tuple[bool, str, int]] = []
+    for value in listen:
+        words = str(value).split()
+        if not words or words[0].startswith("unix:"):
+            continue
+        match = LISTEN_RE.match(words[0])
+        if not match:
+            raise GatewayError(f"gateway_listen value {value!r} is not an nginx listen address[:port]")
+        tls = "ssl" in words[1:]
+        host = match.group("host")
+        port_text = match.group("port")
+        if host and host.isdigit() and not port_text:
+            host, port_text = None, host
+        v6 = match.group("v6")
+        if v6 is not None:
+            address = "[::1]" if v6 in ("::", "0:0:0:0:0:0:0:0") else f"[{v6}]"
+        elif host in (None, "*", "0.0.0.0"):
+            address = "127.0.0.1"
+        else:
+            address = host
+        parsed.append((tls, address, int(port_text) if port_text else (443 if tls else 80)))
+    if not parsed:
+        raise GatewayError(f"gateway_listen {list(listen)!r} has no TCP listener")
+    tls, address, port = sorted(parsed, key=lambda p: p[0])[0]
+    scheme = "https" if tls else "http"
+    default = 443 if tls else 80
+    return f"{scheme}://{address}{'' if port == default else f':{port}'}/v1"

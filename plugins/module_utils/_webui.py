@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._gateway import GatewayError, local_url
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import env_file, systemd_quote
 
 MIN_VERSION: Tuple[int, int, int] = (0, 12, 4)
@@ -35,7 +36,6 @@ MANAGED = (
     "WEBUI_URL", "CORS_ALLOW_ORIGIN",
 )
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
-LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
 
 
 class WebUIError(ValueError):
@@ -67,40 +67,6 @@ def gateway_key(keys: Any, name: str) -> str:
     names = sorted(str(i.get("name")) for i in keys if isinstance(i, Mapping))
     raise WebUIError(f"gateway_api_keys has no key named {name!r} (names: {', '.join(names) or 'none'}): add one "
                      f"({{name: {name}, key: <vault>}}) or set webui_gateway_key_name to one of them")
-
-
-def local_url(listen: Sequence[str]) -> str:
-    """The gateway's own /v1 URL on its host, from its nginx listen values: a plain listener first; a
-    wildcard address is reached on loopback."""
-    if not listen:
-        raise WebUIError("gateway_listen is empty: the web UI reaches the models through the gateway")
-    parsed: List[Tuple[bool, str, int]] = []
-    for value in listen:
-        words = str(value).split()
-        if not words or words[0].startswith("unix:"):
-            continue
-        match = LISTEN_RE.match(words[0])
-        if not match:
-            raise WebUIError(f"gateway_listen value {value!r} is not an nginx listen address[:port]")
-        tls = "ssl" in words[1:]
-        host = match.group("host")
-        port_text = match.group("port")
-        if host and host.isdigit() and not port_text:
-            host, port_text = None, host
-        v6 = match.group("v6")
-        if v6 is not None:
-            address = "[::1]" if v6 in ("::", "0:0:0:0:0:0:0:0") else f"[{v6}]"
-        elif host in (None, "*", "0.0.0.0"):
-            address = "127.0.0.1"
-        else:
-            address = host
-        parsed.append((tls, address, int(port_text) if port_text else (443 if tls else 80)))
-    if not parsed:
-        raise WebUIError(f"gateway_listen {list(listen)!r} has no TCP listener the web UI could use")
-    tls, address, port = sorted(parsed, key=lambda p: p[0])[0]
-    scheme = "https" if tls else "http"
-    default = 443 if tls else 80
-    return f"{scheme}://{address}{'' if port == default else f':{port}'}/v1"
 
 
 def environment(options: Mapping[str, Any]) -> Dict[str, str]:
@@ -204,7 +170,10 @@ def service(options: Mapping[str, Any], keys: Any) -> Dict[str, Any]:
     """Everything the webui role writes and checks, from its variables."""
     version = check_version(str(options["version"]))
     key = gateway_key(keys, str(options["gateway_key_name"]))
-    gateway_url = str(options.get("gateway_url") or local_url(options["gateway_listen"]))
+    try:
+        gateway_url = str(options.get("gateway_url") or local_url(options["gateway_listen"]))
+    except GatewayError as exc:
+        raise WebUIError(str(exc)) from exc
     venv = f"{str(options['venv_root']).rstrip('/')}/{version}"
     full = dict(options, version=version, venv=venv, gateway_url=gateway_url, gateway_key=key)
     port = int(options["port"])

@@ -24,9 +24,12 @@ stamp=$dir/.llmfleet-$(sha256sum "${inputs[@]}" | sha256sum | cut -c1-12)
 t0=$SECONDS
 mkdir -p "$dir"
 echo "[wheelhouse] downloading the wheels of $label into $dir"
+# the lab hosts' interpreter: Debian 12's python3
+lab_python=3.11.2
 download() {
-  # this machine's Python 3.11 on x86_64 picks the same wheels as the lab's Debian 12 python3 (3.11)
-  python3 -m pip download --disable-pip-version-check --progress-bar off --only-binary=:all: -d "$dir" "$@" 2>&1 \
+  # for the lab's Python (Requires-Python: soupsieve 2.8 needs >= 3.11.5); x86_64 wheels as on this machine
+  python3 -m pip download --disable-pip-version-check --progress-bar off --only-binary=:all: --python-version "$lab_python" \
+    -d "$dir" "$@" 2>&1 \
     | sed -un "s/^\(Collecting [^ ]*\).*/[wheelhouse]   \1/p"
 }
 if [ "$what" = vllm ]; then
@@ -41,15 +44,15 @@ with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[2], "wb") as out:
     out.write(wheel.read("requirements-slim.txt"))
 PY
   download -r "$slim"
-  # pip evaluates markers for THIS Python (3.11.7 here); Debian 12's is 3.11.2, and some wheels need more
-  # there (redis: async-timeout; python_full_version < "3.11.3"). Add what only the lab's Python asks for.
+  # pip evaluates markers for THIS Python (3.11.7 here) even with --python-version; the lab's 3.11.2 needs
+  # more (redis: async-timeout; python_full_version < "3.11.3"). Add what only the lab's Python asks for.
   for _round in 1 2 3; do
-    extra=$(python3 - "$dir" <<'PY'
+    extra=$(python3 - "$dir" "$lab_python" <<'PY'
 import email, glob, sys, zipfile
 from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.markers import default_environment
 here = default_environment()
-lab = dict(here, python_full_version="3.11.2", python_version="3.11")
+lab = dict(here, python_full_version=sys.argv[2], python_version=".".join(sys.argv[2].split(".")[:2]))
 have = {p.split("/")[-1].split("-")[0].lower().replace("_", "-") for p in glob.glob(sys.argv[1] + "/*.whl")}
 need = set()
 for path in glob.glob(sys.argv[1] + "/*.whl"):
@@ -70,7 +73,7 @@ print(" ".join(sorted(need)))
 PY
 )
     [ -n "$extra" ] || break
-    echo "[wheelhouse]   for Debian 12's Python 3.11.2 also: $extra"
+    echo "[wheelhouse]   for the lab's Python $lab_python also: $extra"
     read -ra wanted <<<"$extra"
     download "${wanted[@]}"
   done

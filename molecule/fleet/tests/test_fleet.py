@@ -282,3 +282,41 @@ def test_tls_with_the_self_signed_certificate_of_the_gateway_host(tmp_path):
     assert status == 401, "over TLS the key is checked the same"
     with socket.create_connection(("172.30.77.10", 443), timeout=10) as raw, context.wrap_socket(raw, server_hostname="172.30.77.10") as tls:
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def run_verify():
+    """playbooks/verify.yml from the controller, as an operator runs it, on this lab's inventory."""
+    root = HERE.parents[2]
+    # JSON results: messages stay on one line (the YAML format wraps them)
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="false", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    return subprocess.run(["ansible-playbook", "-i", INVENTORY, str(root / "playbooks" / "verify.yml")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=str(root), check=False)
+
+
+def test_verify_passes_on_the_lab_with_one_table():
+    result = run_verify()
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    out = result.stdout
+    assert "deployment" in out and "listed" in out and "stream" in out
+    for name in ("tiny-a-0", "tiny-b-0", "gateway"):
+        assert name in out
+    assert "5 targets answered every check" in out   # tiny-a on 2 hosts, tiny-b, and the 2 models through the gateway
+
+
+def test_verify_names_a_stopped_instance_and_the_error():
+    engine = host("llmfleet-fleet-engine2")
+    inst = next(i for h, i in instances() if h == "llmfleet-fleet-engine2" and i["served_model_name"] == "tiny-b")
+    unit = f"llmfleet-vllm-{inst['name']}"   # the vllm role's unit name (_serving.unit_name)
+    assert engine.service(unit).is_running
+    engine.run(f"systemctl stop {unit}")
+    try:
+        result = run_verify()
+        print(result.stdout[-2500:])
+        assert result.returncode != 0
+        assert f"tiny-b / {inst['name']} on llmfleet-fleet-engine2 (instance): listed: no answer" in result.stdout
+        assert "Connection refused" in result.stdout or "connection refused" in result.stdout.lower()
+    finally:
+        engine.run(f"systemctl start {unit}")
+        code = f"for i in $(seq 1 90); do curl -sf -o /dev/null http://127.0.0.1:{inst['port']}/health && exit 0; sleep 2; done; exit 1"
+        assert engine.run(code).rc == 0, f"{unit} did not come back"

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from ansible_collections.llmfleet.serving.plugins.filter import webui as webui_filter
+from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils import _webui as w
 
 from llmfleet_testing import ROOT
@@ -74,16 +75,16 @@ def test_the_gateway_key_is_picked_by_name_and_a_missing_one_names_the_others_no
     (["unix:/run/x.sock", "8001 reuseport"], "http://127.0.0.1:8001/v1"),
 ])
 def test_the_gateways_own_url_comes_from_its_listen_values(listen, url):
-    assert w.local_url(listen) == url
+    assert gw.local_url(listen) == url
 
 
 def test_listen_values_without_a_tcp_listener_are_refused():
-    with pytest.raises(w.WebUIError, match="empty"):
-        w.local_url([])
-    with pytest.raises(w.WebUIError, match="no TCP listener"):
-        w.local_url(["unix:/run/x.sock"])
-    with pytest.raises(w.WebUIError, match="not an nginx listen"):
-        w.local_url(["10.0.0.1:80:90"])
+    with pytest.raises(gw.GatewayError, match="empty"):
+        gw.local_url([])
+    with pytest.raises(gw.GatewayError, match="no TCP listener"):
+        gw.local_url(["unix:/run/x.sock"])
+    with pytest.raises(gw.GatewayError, match="not an nginx listen"):
+        gw.local_url(["10.0.0.1:80:90"])
 
 
 @pytest.mark.parametrize("change, match", [
@@ -132,3 +133,8 @@ def test_the_two_roles_default_to_the_same_loopback_port():
     webui = yaml.safe_load((pathlib.Path(ROOT) / "roles" / "webui" / "defaults" / "main.yml").read_text())
     gateway = yaml.safe_load((pathlib.Path(ROOT) / "roles" / "gateway" / "defaults" / "main.yml").read_text())
     assert gateway["gateway_webui_port"] == "{{ webui_port | default(%d) }}" % webui["webui_port"]
+
+
+def test_a_gateway_without_listeners_is_a_web_ui_error():
+    with pytest.raises(w.WebUIError, match="gateway_listen is empty"):
+        w.service(dict(OPTIONS, gateway_listen=[]), KEYS)

@@ -1,0 +1,198 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""PRIVATE module_utils of llmfleet.serving: what verify.yml checks on every instance and through the
+gateway, read from the plans, and how the answers are judged and tabled. Pure and typed; the HTTP calls
+are in the openai_check module.
+
+Facts (../shared/EDGE.md section 7): vLLM returns the reasoning text as `reasoning_content` up to 0.11.0,
+as both `reasoning` and `reasoning_content` from 0.11.1 to 0.15.x, and as `reasoning` only from 0.16.0.
+`--enable-auto-tool-choice` is what makes `tool_choice: auto` acceptable (400 without it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+CHECKS = ("listed", "chat", "stream", "tools", "reasoning")
+TOOL = {"type": "function", "function": {"name": "get_time", "description": "The current time in a city.",
+                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                         "required": ["city"]}}}
+
+
+class VerifyError(ValueError):
+    """Malformed input."""
+
+
+def _version(text: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in str(text).split("+", 1)[0].split(".")[:3] if p.isdigit())
+
+
+def reasoning_fields(engine_version: str) -> List[str]:
+    """The message fields this vLLM release fills with the reasoning text."""
+    version = _version(engine_version)
+    if version <= (0, 11, 0):
+        return ["reasoning_content"]
+    if version < (0, 16, 0):
+        return ["reasoning", "reasoning_content"]
+    return ["reasoning"]
+
+
+def _arg(args: Sequence[str], flag: str) -> Optional[str]:
+    args = list(args)
+    if flag in args:
+        i = args.index(flag)
+        return args[i + 1] if i + 1 < len(args) and not str(args[i + 1]).startswith("--") else ""
+    return None
+
+
+def instance_targets(plan: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One target per planned instance of a host: its loopback URL and what it was launched to do."""
+    if not isinstance(plan, Mapping):
+        raise VerifyError(f"a host's plan must be a mapping (llmfleet_plan), got {type(plan).__name__}: run playbooks/plan.yml")
+    out = []
+    for dep in plan.get("deployments") or []:
+        for inst in dep.get("instances") or []:
+            args = [str(a) for a in inst.get("args") or []]
+            out.append({
+                "deployment": str(dep["name"]), "instance": str(inst["name"]), "host": str(plan.get("host", "")),
+                "via": "instance", "url": f"http://127.0.0.1:{int(inst['port'])}/v1",
+                "model": str(inst.get("served_model_name") or dep["name"]),
+                "tools": _arg(args, "--enable-auto-tool-choice") is not None,
+                "reasoning_parser": _arg(args, "--reasoning-parser"),
+                "engine_version": str(dep.get("engine_version", "")),
+            })
+    return out
+
+
+def gateway_targets(plans: Mapping[str, Mapping[str, Any]], gateway_url: str, gateway_host: str) -> List[Dict[str, Any]]:
+    """One target per served model of the fleet, through the gateway: tools and reasoning only when every
+    instance behind the model has them (a request may land on any of them)."""
+    by_model: Dict[str, List[Dict[str, Any]]] = {}
+    for host in sorted(plans):
+        for target in instance_targets(plans[host]):
+            by_model.setdefault(target["model"], []).append(target)
+    out = []
+    for model in sorted(by_model):
+        group = by_model[model]
+        parsers = {t["reasoning_parser"] for t in group}
+        versions = sorted({t["engine_version"] for t in group})
+        out.append({
+            "deployment": group[0]["deployment"], "instance": "gateway", "host": gateway_host, "via": "gateway",
+            "url": gateway_url.rstrip("/"), "model": model, "tools": all(t["tools"] for t in group),
+            "reasoning_parser": parsers.pop() if len(parsers) == 1 else None,
+            "engine_version": versions[0] if len(versions) == 1 else "",
+        })
+    return out
+
+
+def chat_body(model: str, *, stream: bool = False, tools: bool = False, max_tokens: int = 16) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "What time is it in Paris? Answer briefly."}],
+                            "max_tokens": max_tokens, "temperature": 0}
+    if stream:
+        body["stream"] = True
+    if tools:
+        body["tools"] = [TOOL]
+        body["tool_choice"] = "auto"
+    return body
+
+
+def read_stream(lines: Iterable[str]) -> Dict[str, Any]:
+    """Server-sent events of a streamed chat: chunks, whether it ended with [DONE], the text, the fields seen."""
+    chunks, done, text, fields, error = 0, False, "", set(), None
+    for raw in lines:
+        line = raw.strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            done = True
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            error = f"a stream event is not JSON: {data[:80]!r}"
+            continue
+        if "error" in event:
+            error = str(event["error"].get("message") if isinstance(event["error"], Mapping) else event["error"])
+        chunks += 1
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text += str(delta.get("content") or "")
+            fields.update(k for k in ("reasoning", "reasoning_content") if delta.get(k))
+    return {"chunks": chunks, "done": done, "text": text, "fields": sorted(fields), "error": error}
+
+
+def judge(target: Mapping[str, Any], answers: Mapping[str, Any]) -> Dict[str, Any]:
+    """The row of one target: each check ok / FAIL / n/a (with why), and the first failure's sentence."""
+    row: Dict[str, Any] = {k: target[k] for k in ("deployment", "instance", "host", "via", "model")}
+    checks: Dict[str, str] = {}
+    problems: List[str] = []
+
+    def fail(check: str, why: str) -> None:
+        checks[check] = "FAIL"
+        problems.append(f"{check}: {why}")
+
+    models = answers.get("models")
+    if isinstance(models, dict) and models.get("status") == 200:
+        ids = [m.get("id") for m in models.get("json", {}).get("data") or []]
+        checks["listed"] = "ok" if target["model"] in ids else "FAIL"
+        if checks["listed"] == "FAIL":
+            problems.append(f"listed: /models has {ids}, not {target['model']}")
+    else:
+        fail("listed", _said(models))
+    chat = answers.get("chat")
+    if isinstance(chat, dict) and chat.get("status") == 200 and (chat.get("json") or {}).get("choices"):
+        checks["chat"] = "ok"
+    else:
+        fail("chat", _said(chat))
+    stream = answers.get("stream")
+    if isinstance(stream, dict) and stream.get("status") == 200 and stream.get("done") and stream.get("chunks", 0) > 0 \
+            and not stream.get("error"):
+        checks["stream"] = "ok"
+    else:
+        fail("stream", _said(stream) if not (isinstance(stream, dict) and stream.get("status") == 200)
+             else f"{stream.get('chunks', 0)} chunks, [DONE] {'seen' if stream.get('done') else 'missing'}"
+                  f"{', error ' + str(stream.get('error')) if stream.get('error') else ''}")
+    if target.get("tools"):
+        tools = answers.get("tools")
+        if isinstance(tools, dict) and tools.get("status") == 200:
+            checks["tools"] = "ok"
+        else:
+            fail("tools", _said(tools))
+    else:
+        checks["tools"] = "n/a"
+    fields = sorted(set((answers.get("chat") or {}).get("reasoning_fields") or []) | set((stream or {}).get("fields") or []))
+    if target.get("reasoning_parser"):
+        checks["reasoning"] = "+".join(fields) if fields else "none returned"
+    else:
+        checks["reasoning"] = "n/a"
+    row["checks"] = checks
+    row["expected_reasoning"] = reasoning_fields(target["engine_version"]) if target.get("reasoning_parser") and \
+        target.get("engine_version") else []
+    row["failed"] = bool(problems)
+    row["problem"] = "; ".join(problems)
+    return row
+
+
+def _said(answer: Any) -> str:
+    if not isinstance(answer, Mapping):
+        return "not asked"
+    if answer.get("status") in (None, -1):
+        return f"no answer ({answer.get('error') or 'connection failed'})"
+    detail = answer.get("error") or answer.get("body") or ""
+    return f"HTTP {answer['status']}: {str(detail)[:200]}"
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The deployment x instance x check table, one string per line."""
+    head = ["deployment", "instance", "host", *CHECKS]
+    body = [[r["deployment"], r["instance"], r["host"], *[r["checks"].get(c, "") for c in CHECKS]] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)] if body else [len(h) for h in head]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*head), fmt.format(*["-" * w for w in widths])] + [fmt.format(*map(str, b)) for b in body]
+
+
+def failures(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One sentence per failing target: where, and what the engine said."""
+    return [f"{r['deployment']} / {r['instance']} on {r['host']} ({r['via']}): {r['problem']}" for r in rows if r.get("failed")]

@@ -1,0 +1,115 @@
+#!/usr/bin/python
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: openai_check
+short_description: Ask one OpenAI-compatible endpoint what verify.yml checks, and judge the answers
+version_added: 0.1.0
+description:
+  - For one target (an instance on this host's loopback, or a model through the gateway) asks C(GET /models), a chat
+    completion, a streamed one (which must end with C([DONE])), and, when the target was launched with tools on, a
+    request with C(tools) and C(tool_choice=auto); records which reasoning field (C(reasoning), C(reasoning_content))
+    the answers carry.
+  - Never fails on a bad answer - it returns the row (each check ok, FAIL or n/a, and the first failure's sentence
+    with the engine's own error) for verify.yml's table; fails only on malformed input.
+author:
+  - llmfleet.serving developers (!UNKNOWN)
+options:
+  target:
+    description:
+      - One entry of the verify_targets filter - deployment, instance, host, via, url (the C(/v1) base), model, tools,
+        reasoning_parser, engine_version.
+    type: dict
+    required: true
+  api_key:
+    description: The key the endpoint wants (an instance - the engines' key; the gateway - a client key).
+    type: str
+    required: true
+  timeout:
+    description: Seconds per request.
+    type: int
+    default: 120
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs in check mode too.
+  diff_mode:
+    support: none
+    description: No diff.
+"""
+
+EXAMPLES = r"""
+- name: Check an instance on this host
+  llmfleet.serving.openai_check:
+    target: {deployment: tiny, instance: tiny-0, host: e1, via: instance, url: "http://127.0.0.1:8002/v1", model: tiny,
+             tools: true, reasoning_parser: null, engine_version: "0.32.0"}
+    api_key: "{{ engine_key }}"
+"""
+
+RETURN = r"""
+row:
+  description: "{deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning}, failed, problem}."
+  returned: always
+  type: dict
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._verify import chat_body, judge, read_stream
+
+
+def ask(url, key, timeout, body=None, stream=False):
+    """{status, json | done/chunks/text/fields, error, body} of one request; status -1 when nothing answered."""
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    try:
+        resp = open_url(url, data=json.dumps(body) if body is not None else None, headers=headers,
+                        method="POST" if body is not None else "GET", timeout=timeout)
+        if stream:
+            lines = (line.decode("utf-8", "replace") for line in resp)
+            return dict(read_stream(lines), status=resp.status)
+        data = json.loads(resp.read() or b"null")
+        message = ((data or {}).get("choices") or [{}])[0].get("message") or {} if isinstance(data, dict) else {}
+        return {"status": resp.status, "json": data,
+                "reasoning_fields": sorted(k for k in ("reasoning", "reasoning_content") if message.get(k))}
+    except HTTPError as exc:
+        text = exc.read().decode("utf-8", "replace")
+        try:
+            detail = json.loads(text).get("error", {})
+            text = detail.get("message", text) if isinstance(detail, dict) else str(detail)
+        except (ValueError, AttributeError):
+            pass
+        return {"status": exc.code, "error": text[:300]}
+    except (URLError, OSError, ValueError) as exc:
+        return {"status": -1, "error": str(getattr(exc, "reason", exc))[:300]}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"target": {"type": "dict", "required": True}, "api_key": {"type": "str", "required": True, "no_log": True},
+                       "timeout": {"type": "int", "default": 120}},
+        supports_check_mode=True,
+    )
+    t = module.params["target"]
+    missing = [k for k in ("deployment", "instance", "host", "via", "url", "model") if k not in t]
+    if missing:
+        module.fail_json(msg=f"target lacks {', '.join(missing)}: pass one entry of the verify_targets filter")
+    key, timeout, base = module.params["api_key"], module.params["timeout"], str(t["url"]).rstrip("/")
+    answers = {
+        "models": ask(base + "/models", key, timeout),
+        "chat": ask(base + "/chat/completions", key, timeout, chat_body(t["model"])),
+        "stream": ask(base + "/chat/completions", key, timeout, chat_body(t["model"], stream=True), stream=True),
+    }
+    if t.get("tools"):
+        answers["tools"] = ask(base + "/chat/completions", key, timeout, chat_body(t["model"], tools=True))
+    module.exit_json(changed=False, row=judge(dict({"tools": False, "reasoning_parser": None, "engine_version": ""}, **t), answers))
+
+
+if __name__ == "__main__":
+    main()

@@ -15,9 +15,11 @@ import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 CHECKS = ("listed", "chat", "stream", "tools", "reasoning")
-TOOL = {"type": "function", "function": {"name": "get_time", "description": "The current time in a city.",
-                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                         "required": ["city"]}}}
+TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "The current time in a city.",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+}
 
 
 class VerifyError(ValueError):

@@ -136,8 +136,8 @@ def environment(options: Mapping[str, Any]) -> Dict[str, str]:
 def unit(options: Mapping[str, Any]) -> str:
     """The systemd unit: loopback only, its own user, the secrets in the EnvironmentFile."""
     port = int(options["port"])
-    exec_start = " ".join(systemd_quote(a) for a in [f"{options['venv']}/bin/open-webui", "serve", "--host", "127.0.0.1",
-                                                       "--port", str(port)])
+    command = [f"{options['venv']}/bin/open-webui", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    exec_start = " ".join(systemd_quote(a) for a in command)
     return "\n".join([
         "# Managed by llmfleet.serving (role webui): edits are overwritten.",
         "[Unit]",

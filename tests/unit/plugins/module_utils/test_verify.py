@@ -57,9 +57,9 @@ def test_every_check_is_judged_and_the_first_failure_says_what_the_engine_said()
     assert bad["failed"] and bad["checks"]["tools"] == "FAIL" and bad["checks"]["stream"] == "FAIL"
     assert "stream: 3 chunks, [DONE] missing" in bad["problem"] and 'HTTP 400: "auto" tool choice' in bad["problem"]
     down = v.judge(target, {k: {"status": -1, "error": "[Errno 111] Connection refused"} for k in OK})
-    assert v.failures([down]) == [f"a / a-0 on e1 (instance): listed: no answer ([Errno 111] Connection refused); chat: no answer "
-                                  f"([Errno 111] Connection refused); stream: no answer ([Errno 111] Connection refused); tools: no "
-                                  f"answer ([Errno 111] Connection refused)"]
+    assert v.failures([down]) == ["a / a-0 on e1 (instance): listed: no answer ([Errno 111] Connection refused); chat: no answer "
+                                  "([Errno 111] Connection refused); stream: no answer ([Errno 111] Connection refused); tools: no "
+                                  "answer ([Errno 111] Connection refused)"]
 
 
 def test_the_reasoning_field_is_reported_and_expected_by_version():

@@ -12,8 +12,8 @@ import time
 import urllib.error
 import urllib.request
 
-import pytest
 import testinfra
+from playwright import sync_api   # requirements.txt; a missing package must fail, not skip
 
 EPHEMERAL = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
 INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory" / "ansible_inventory.yml"))
@@ -92,7 +92,6 @@ def test_the_ui_lists_the_fleets_models_through_the_gateway():
 
 
 def test_in_a_browser_the_admin_signs_in_picks_a_model_and_gets_a_streamed_answer():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements.txt: run make venv")
     assert pathlib.Path(CHROMIUM).exists(), "Debian's chromium is missing: make molecule installs it (tests/host-packages.sh chromium)"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     before = len(gateway_host().file(UI_LOG).content_string.splitlines())

@@ -43,8 +43,8 @@ def verify_failures(rows):
     return _call(v.failures, list(rows))
 
 
-def gateway_local_url(listen):
-    return _call(gw.local_url, list(listen or []))
+def gateway_local_url(listen, address=None):
+    return _call(gw.local_url, list(listen or []), str(address) if address else None)
 
 
 class FilterModule:

@@ -183,9 +183,10 @@ def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[
     return {"servers": servers, "allow": sorted(set(checked)), "paths": list(ALLOWED_PATHS)}
 
 
-def local_url(listen: Sequence[str]) -> str:
+def local_url(listen: Sequence[str], address: Optional[str] = None) -> str:
     """The gateway's own /v1 URL on its host (what the web UI and verify.yml use there), from its nginx
-    listen values: a plain listener first; a wildcard address is reached on loopback."""
+    listen values: a plain listener first; a wildcard address is reached on loopback, or, from another
+    host (bench.yml's clients on the engine hosts), at the gateway's `address`."""
     if not listen:
         raise GatewayError("gateway_listen is empty: nothing on this host can reach the gateway")
     parsed: List[Tuple[bool, str, int]] = []
@@ -203,15 +204,16 @@ def local_url(listen: Sequence[str]) -> str:
             host, port_text = None, host
         v6 = match.group("v6")
         if v6 is not None:
-            address = "[::1]" if v6 in ("::", "0:0:0:0:0:0:0:0") else f"[{v6}]"
+            wildcard = v6 in ("::", "0:0:0:0:0:0:0:0")
+            where = (f"[{address}]" if address and ":" in address else address or "[::1]") if wildcard else f"[{v6}]"
         elif host in (None, "*", "0.0.0.0"):
-            address = "127.0.0.1"
+            where = address or "127.0.0.1"
         else:
-            address = host
-        parsed.append((tls, address, int(port_text) if port_text else (443 if tls else 80)))
+            where = host
+        parsed.append((tls, where, int(port_text) if port_text else (443 if tls else 80)))
     if not parsed:
         raise GatewayError(f"gateway_listen {list(listen)!r} has no TCP listener")
-    tls, address, port = sorted(parsed, key=lambda p: p[0])[0]
+    tls, where, port = sorted(parsed, key=lambda p: p[0])[0]
     scheme = "https" if tls else "http"
     default = 443 if tls else 80
-    return f"{scheme}://{address}{'' if port == default else f':{port}'}/v1"
+    return f"{scheme}://{where}{'' if port == default else f':{port}'}/v1"

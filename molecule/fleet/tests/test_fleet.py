@@ -284,13 +284,17 @@ def test_tls_with_the_self_signed_certificate_of_the_gateway_host(tmp_path):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
-def run_verify():
-    """playbooks/verify.yml from the controller, as an operator runs it, on this lab's inventory."""
+def run_playbook(name, *extra):
+    """playbooks/NAME from the controller, as an operator runs it, on this lab's inventory."""
     root = HERE.parents[2]
     # JSON results: messages stay on one line (the YAML format wraps them)
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="false", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    return subprocess.run(["ansible-playbook", "-i", INVENTORY, str(root / "playbooks" / "verify.yml")],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=str(root), check=False)
+    return subprocess.run(["ansible-playbook", "-i", INVENTORY, str(root / "playbooks" / name), *extra],
+                          capture_output=True, text=True, timeout=900, env=env, cwd=str(root), check=False)
+
+
+def run_verify():
+    return run_playbook("verify.yml")
 
 
 def test_verify_passes_on_the_lab_with_one_table():
@@ -321,3 +325,69 @@ def test_verify_names_a_stopped_instance_and_the_error():
         engine.run(f"systemctl start {unit}")
         code = f"for i in $(seq 1 90); do curl -sf -o /dev/null http://127.0.0.1:{inst['port']}/health && exit 0; sleep 2; done; exit 1"
         assert engine.run(code).rc == 0, f"{unit} did not come back"
+
+
+# bench.yml: tiny-b only (the gateway and its one instance), two steps, short requests - the sweep, the report
+# and the gate are what is tested here, not this machine's speed.
+BENCH_DIR = EPHEMERAL / "bench"
+BENCH_ARGS = ("-e", "bench_concurrency=1,4", "-e", '{"bench_deployments": ["tiny-b"]}', "-e", "bench_input_len=64",
+              "-e", "bench_output_len=32", "-e", "bench_warmups=1", "-e", f"bench_dir={BENCH_DIR}")
+BENCH_OUTPUT = HERE.parents[2] / "tests" / "output" / "bench"
+
+
+def run_bench(run_id, *extra):
+    result = run_playbook("bench.yml", *BENCH_ARGS, "-e", f"bench_run_id={run_id}", *extra)
+    print(result.stdout[-6000:])
+    return result
+
+
+def test_bench_writes_the_report_the_charts_and_the_baseline():
+    result = run_bench("lab-1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    out = BENCH_DIR / "lab-1"
+    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "bench.md", "tiny-b.png"]
+    run = json.loads((out / "bench.json").read_text())
+    rows = run["deployments"]["tiny-b"]["rows"]
+    assert [(r["target"], r["concurrency"]) for r in rows] == [
+        ("gateway", 1), ("gateway", 4), ("llmfleet-fleet-engine2/tiny-b-0", 1), ("llmfleet-fleet-engine2/tiny-b-0", 4)]
+    for r in rows:
+        m = r["metrics"]
+        assert m["completed"] == r["num_prompts"] and m["failed"] == 0, r
+        assert min(m["output_throughput"], m["request_throughput"], m["median_ttft_ms"], m["median_tpot_ms"], m["p99_e2el_ms"]) > 0, r
+    plan = run["deployments"]["tiny-b"]["plan"]
+    assert plan[0]["host"] == "llmfleet-fleet-engine2" and plan[0]["engine_version"] == "0.32.0" and "--max-num-seqs" in plan[0]["args"]
+    assert (out / "tiny-b.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((BENCH_DIR / "baselines" / "tiny-b.json").read_text())["run"] == "lab-1"
+    assert "step 4/4: tiny-b · llmfleet-fleet-engine2/tiny-b-0 · concurrency 4" in result.stdout, "progress: each step numbered"
+    assert "tiny-b · gateway · concurrency 1: 8/8 done, 0 failed" in result.stdout, "each step's numbers are printed"
+    BENCH_OUTPUT.mkdir(parents=True, exist_ok=True)
+    for name in ("bench.md", "tiny-b.png"):
+        (BENCH_OUTPUT / f"lab-1-{name}").write_bytes((out / name).read_bytes())
+
+
+def test_a_second_bench_run_prints_its_ratios_and_sits_beside_the_first():
+    result = run_bench("lab-2", "-e", "compare=lab-1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "tiny-b · gateway · concurrency 4: output tok/s ×" in result.stdout and "of run lab-1" in result.stdout
+    report = (BENCH_DIR / "lab-2" / "bench.md").read_text()
+    assert "Against the baseline, run lab-1" in report and "Side by side with run lab-1" in report
+    assert json.loads((BENCH_DIR / "baselines" / "tiny-b.json").read_text())["run"] == "lab-2"
+    BENCH_OUTPUT.mkdir(parents=True, exist_ok=True)
+    for name in ("bench.md", "tiny-b.png"):
+        (BENCH_OUTPUT / f"lab-2-{name}").write_bytes((BENCH_DIR / "lab-2" / name).read_bytes())
+
+
+def test_the_baseline_gate_fails_a_run_made_slower_on_purpose():
+    """Engine 2 (the container acting as that machine) is limited to a quarter of a CPU for one run: the same
+    step is then several times slower than the baseline, and the gate must say so."""
+    subprocess.run(["docker", "update", "--cpus", "0.25", "llmfleet-fleet-engine2"], check=True, capture_output=True)
+    try:
+        result = run_bench("lab-3", "-e", "bench_concurrency=4", "-e", '{"bench_targets": ["instance"]}',
+                           "-e", "bench_gate=true", "-e", "bench_tolerance=0.3")
+    finally:
+        subprocess.run(["docker", "update", "--cpus", "0", "llmfleet-fleet-engine2"], check=True, capture_output=True)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert "tiny-b · llmfleet-fleet-engine2/tiny-b-0 · concurrency 4: output_throughput is ×0." in out
+    assert "of baseline lab-2 (tolerance 30%)" in out
+    assert json.loads((BENCH_DIR / "baselines" / "tiny-b.json").read_text())["run"] == "lab-2", "a slower run is no baseline"

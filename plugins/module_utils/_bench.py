@@ -289,12 +289,12 @@ def markdown(run: Mapping[str, Any], baselines: Optional[Mapping[str, Mapping[st
             flags = " ".join(str(a) for a in p["args"] if str(a).startswith("--"))
             lines.append(f"| {p['host']} | {p['instance']} | {p['engine_version']} | {p['hardware']} | "
                          f"{','.join(str(d) for d in p['devices']) or '–'} | {flags} |")
-        lines += ["", "| target | concurrency | done | failed | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+        lines += ["", "| target | concurrency | done | failed | " + " | ".join(column[1] for column in COLUMNS) + " |",
                   "|---|---:|---:|---:|" + "---:|" * len(COLUMNS)]
         for r in dep["rows"]:
             m = r["metrics"]
             lines.append(f"| {r['target']} | {r['concurrency']} | {int(m.get('completed', 0))} | {int(m.get('failed', 0))} | "
-                         + " | ".join(_fmt(m.get(f), spec) for f, _, spec in COLUMNS) + " |")
+                         + " | ".join(_fmt(m.get(field), spec) for field, _heading, spec in COLUMNS) + " |")
         if charts and charts.get(name):
             lines += ["", f"![{name}]({charts[name]})"]
         base = (baselines or {}).get(name)

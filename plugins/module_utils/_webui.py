@@ -192,7 +192,10 @@ def service(options: Mapping[str, Any], keys: Any) -> Dict[str, Any]:
 
 
 def errors(options: Mapping[str, Any], keys: Any) -> List[str]:
-    """What is wrong with the web UI's inputs, as sentences without secrets ([] when nothing is)."""
+    """What is wrong with the web UI's inputs, as sentences without secrets ([] when nothing is). Before the
+    session key has been read (secret_key empty) every other input is checked; the key is checked once read."""
+    if not options.get("secret_key"):
+        options = dict(options, secret_key="s" * 48)   # not yet read: stands in for the check of the other inputs only
     try:
         service(options, keys)
     except WebUIError as exc:

@@ -218,7 +218,8 @@ def main():
         module.fail_json(msg=f"bench report: {exc}")
     out_dir = os.path.join(p["dir"], run["run"])
     files = [os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.md")]
-    result = {"ratios": ratio_rows, "ratio_lines": [b.ratio_line(r) for r in ratio_rows], "regressions": regressions, "failures": failures, "accepted": accepted, "report": report}
+    result = {"ratios": ratio_rows, "ratio_lines": [b.ratio_line(r) for r in ratio_rows], "regressions": regressions,
+              "failures": failures, "accepted": accepted, "report": report}
     if module.check_mode:
         module.exit_json(changed=False, files=[], **result)
     os.makedirs(os.path.join(p["dir"], "baselines"), exist_ok=True)

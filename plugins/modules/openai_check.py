@@ -56,38 +56,24 @@ row:
   type: dict
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
 from ansible_collections.llmfleet.serving.plugins.module_utils._verify import chat_body, judge, read_stream
 
 
 def ask(url, key, timeout, body=None, stream=False):
-    """{status, json | done/chunks/text/fields, error, body} of one request; status -1 when nothing answered."""
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    try:
-        resp = open_url(url, data=json.dumps(body) if body is not None else None, headers=headers,
-                        method="POST" if body is not None else "GET", timeout=timeout)
-        if stream:
-            lines = (line.decode("utf-8", "replace") for line in resp)
-            return dict(read_stream(lines), status=resp.status)
-        data = json.loads(resp.read() or b"null")
-        message = ((data or {}).get("choices") or [{}])[0].get("message") or {} if isinstance(data, dict) else {}
-        return {"status": resp.status, "json": data,
-                "reasoning_fields": sorted(k for k in ("reasoning", "reasoning_content") if message.get(k))}
-    except HTTPError as exc:
-        text = exc.read().decode("utf-8", "replace")
-        try:
-            detail = json.loads(text).get("error", {})
-            text = detail.get("message", text) if isinstance(detail, dict) else str(detail)
-        except (ValueError, AttributeError):
-            pass
-        return {"status": exc.code, "error": text[:300]}
-    except (URLError, OSError, ValueError) as exc:
-        return {"status": -1, "error": str(getattr(exc, "reason", exc))[:300]}
+    """{status, json | done/chunks/text/fields, error} of one request; status -1 when nothing answered."""
+    status, payload = call(url, body, key, timeout, stream=stream)
+    if status is None:
+        return {"status": -1, "error": str(payload)[:300]}
+    if status >= 400:
+        return {"status": status, "error": error_text(payload)}
+    if stream:
+        return dict(read_stream(payload), status=status)
+    message = ((payload.get("choices") or [{}])[0].get("message") or {}) if isinstance(payload, dict) else {}
+    return {"status": status, "json": payload,
+            "reasoning_fields": sorted(k for k in ("reasoning", "reasoning_content") if isinstance(message, dict) and message.get(k))}
 
 
 def main():

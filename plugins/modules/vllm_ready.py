@@ -121,13 +121,11 @@ causes:
 """
 
 import datetime
-import json
 import time
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import diagnose
 
 
@@ -187,26 +185,6 @@ def error_lines(lines, limit=12):
     return out[-limit:]
 
 
-def request(url, payload=None, api_key=None, timeout=30):
-    """(status, parsed JSON or text)."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
-    data = json.dumps(payload).encode() if payload is not None else None
-    try:
-        answer = open_url(url, data=data, headers=headers, method="POST" if data else "GET", timeout=timeout)
-        body = answer.read()
-        status = answer.getcode()
-    except HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
-    except (URLError, OSError, ValueError) as exc:
-        return None, str(exc)
-    try:
-        return status, json.loads(body) if body else None
-    except ValueError:
-        return status, body.decode("utf-8", "replace")
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -253,9 +231,9 @@ def main():
             fail(f"it exited and was restarted {restarts - restarts_before} time(s) while starting (now {state})")
         if not running:
             fail(f"it is {state}: it stopped while starting")
-        status, _body = request(base + "/health", timeout=10)
+        status, _body = call(base + "/health", timeout=10)
         if status == 200:
-            status, body = request(base + "/v1/completions", completion, p["api_key"], timeout=120)
+            status, body = call(base + "/v1/completions", completion, p["api_key"], timeout=120)
             if status == 200 and isinstance(body, dict) and body.get("choices"):
                 break
             last = f"/health is 200 but a one-token completion with the key answered {status}: {str(body)[:300]}"
@@ -265,13 +243,13 @@ def main():
             fail(f"not ready {p['timeout']} s after its start ({last})")
         time.sleep(p["interval"])
     ready_at = _monotonic_now()
-    status, body = request(base + "/v1/completions", completion, None, timeout=60)
+    status, body = call(base + "/v1/completions", completion, None, timeout=60)
     if status != 401:
         module.fail_json(msg=f"{name} answers without the API key (HTTP {status}): VLLM_API_KEY did not reach the engine; "
                              "check the unit's environment file or the container's env", ready=False)
     chat = {"model": p["model"], "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}
     for _i in range(p["warmup_requests"]):
-        status, body = request(base + "/v1/chat/completions", chat, p["api_key"], timeout=300)
+        status, body = call(base + "/v1/chat/completions", chat, p["api_key"], timeout=300)
         if status != 200:
             fail(f"a warm-up chat completion answered {status}: {str(body)[:300]}")
     done = _monotonic_now()

@@ -114,6 +114,14 @@ def test_errors_lists_the_problem_without_secrets_and_nothing_when_good():
     assert "no key named 'webui'" in w.errors(OPTIONS, [{"name": "load", "key": "l" * 32}])[0]
 
 
+def test_inputs_are_checked_before_the_session_key_is_made_and_the_key_once_read():
+    assert w.errors(dict(OPTIONS, secret_key=""), KEYS) == [], "before controller_secret.yml: the other inputs only"
+    assert "admin_password" in w.errors(dict(OPTIONS, secret_key="", admin_password="short"), KEYS)[0]
+    assert "at least 24" in w.errors(dict(OPTIONS, secret_key="abc"), KEYS)[0]
+    with pytest.raises(w.WebUIError, match="at least 24"):
+        w.service(dict(OPTIONS, secret_key=""), KEYS)
+
+
 def test_an_https_public_url_makes_cookies_secure_and_is_the_only_origin():
     env = env_of(w.service(dict(OPTIONS, public_url="https://chat.example.org"), KEYS)["env_text"])
     assert env["WEBUI_SESSION_COOKIE_SECURE"] == '"true"' and env["CORS_ALLOW_ORIGIN"] == '"https://chat.example.org"'

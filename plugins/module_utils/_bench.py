@@ -132,8 +132,9 @@ def items(targets: Sequence[Mapping[str, Any]], instances: Sequence[Mapping[str,
                         "client": clients[dep], "concurrency": step,
                         "num_prompts": max(s["min_prompts"], step * s["prompts_per_step"]),
                         "input_len": s["input_len"], "output_len": s["output_len"], "warmups": s["warmups"],
-                        # a new seed per step and run: random prompts the server has not seen (no prefix-cache hits)
-                        "seed": s["seed"] * 1000 + step, "timeout": s["timeout"]})
+                        # a new seed per step and run: random prompts the server has not seen (no prefix-cache hits);
+                        # numpy takes seeds below 2**32
+                        "seed": (s["seed"] * 1000 + step) % 2 ** 32, "timeout": s["timeout"]})
     return out
 
 

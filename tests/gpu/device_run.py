@@ -68,6 +68,12 @@ def bench_cmd(run: dict, model_dir: str, conc: int, prompts: int, out_dir: str, 
             "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", str(seed)]
 
 
+def prompts_for(spec: dict, conc: int) -> int:
+    """Requests of one step: 10 for a single user; otherwise the run's count, and at least two per concurrent
+    slot (a step at 4x the declared concurrency must fill every slot twice, not stop half-way)."""
+    return 10 if conc == 1 else max(int(spec["prompts"]), 2 * conc)
+
+
 def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     """The sweep once, unrecorded, with other prompts of the same lengths (seed 1: the measured prompts,
     seed 0, must not be in the prefix cache yet - session 4 replayed seed 0 and measured cache hits): Triton JIT of kernels for new
@@ -75,7 +81,7 @@ def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     measured run. `bench.warmup: N` sends N prompts at the largest concurrency instead (configurations
     with few sequences, whose sweep takes minutes). Returns its wall time."""
     spec = run["bench"]
-    sizes = [(conc, spec["prompts"] if conc > 1 else 10) for conc in spec["concurrency"]]
+    sizes = [(conc, prompts_for(spec, conc)) for conc in spec["concurrency"]]
     if isinstance(spec.get("warmup"), int):
         sizes = [(max(spec["concurrency"]), spec["warmup"])]
     started = time.monotonic()
@@ -107,7 +113,7 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, sav
     spec = run["bench"]
     for conc in spec["concurrency"]:
         name = f"{run['label']}-c{conc}.json"
-        cmd = bench_cmd(run, model_dir, conc, spec["prompts"] if conc > 1 else 10, out_dir, name)
+        cmd = bench_cmd(run, model_dir, conc, prompts_for(spec, conc), out_dir, name)
         started = time.monotonic()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=spec.get("timeout", 240), check=False)
         path = os.path.join(out_dir, name)

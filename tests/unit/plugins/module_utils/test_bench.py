@@ -55,6 +55,12 @@ def test_steps_gateway_first_each_sweep_ascending_with_prompts_and_seeds_per_ste
     assert steps[4]["client"] == {"runtime": "systemd", "python": "/opt/llmfleet/vllm/0.32.0/bin/python", "tokenizer": "/models/b"}
 
 
+def test_seeds_stay_in_numpys_range_whatever_the_run_name():
+    # vllm bench serve seeds numpy (0 .. 2**32 - 1); bench.yml derives the run's seed from a 24-bit hash of its name
+    steps = b.items(e2_targets(), [VENV, VENV_B], dict(SMALL, seed=2 ** 24 - 1, concurrency=[1, 64]))
+    assert all(0 <= s["seed"] < 2 ** 32 for s in steps) and len({s["seed"] for s in steps[:2]}) == 2
+
+
 def test_steps_narrowed_by_deployment_and_target_kind():
     assert {s["target"] for s in b.items(e2_targets(), [VENV, VENV_B], SMALL, deployments=["b"])} == {"gateway", "e2/b-0"}
     assert {s["target"] for s in b.items(e2_targets(), [VENV, VENV_B], SMALL, only=["instance"])} == {"e2/a-0", "e2/b-0"}

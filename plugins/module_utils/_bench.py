@@ -267,6 +267,27 @@ def failures(run: Mapping[str, Any]) -> List[str]:
     return out
 
 
+# flags every instance has with its own value: left out of the report's flags column
+_OWN = ("--served-model-name", "--host", "--port")
+
+
+def _flags(args: Sequence[Any]) -> str:
+    """An instance's launch flags with their values, without the model folder, its name, address and port."""
+    words = [str(a) for a in args]
+    out, skip = [], False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        if word in _OWN:
+            skip = True
+            continue
+        if i == 0 and not word.startswith("--"):
+            continue
+        out.append(f"`{word}`" if word.startswith("{") else word)
+    return " ".join(out)
+
+
 def _fmt(value: Any, spec: str) -> str:
     return spec.format(value) if isinstance(value, (int, float)) else "–"
 
@@ -287,9 +308,8 @@ def markdown(run: Mapping[str, Any], baselines: Optional[Mapping[str, Mapping[st
     for name, dep in sorted(run["deployments"].items()):
         lines += [f"## {name}", "", "| host | instance | engine | hardware | devices | flags |", "|---|---|---|---|---|---|"]
         for p in dep["plan"]:
-            flags = " ".join(str(a) for a in p["args"] if str(a).startswith("--"))
             lines.append(f"| {p['host']} | {p['instance']} | {p['engine_version']} | {p['hardware']} | "
-                         f"{','.join(str(d) for d in p['devices']) or '–'} | {flags} |")
+                         f"{','.join(str(d) for d in p['devices']) or '–'} | {_flags(p['args'])} |")
         lines += ["", "| target | concurrency | done | failed | " + " | ".join(column[1] for column in COLUMNS) + " |",
                   "|---|---:|---:|---:|" + "---:|" * len(COLUMNS)]
         for r in dep["rows"]:
@@ -321,9 +341,8 @@ def _side_by_side(run: Mapping[str, Any], other: Mapping[str, Any], name: str) -
              "|---|---|---|---|---|---|"]
     for label_, dep in ((run["run"], run["deployments"][name]), (other.get("run"), theirs)):
         for p in dep["plan"]:
-            flags = " ".join(str(a) for a in p["args"] if str(a).startswith("--"))
             lines.append(f"| {label_} | {p['host']} | {p['instance']} | {p['engine_version']} | "
-                         f"{','.join(str(d) for d in p['devices']) or '–'} | {flags} |")
+                         f"{','.join(str(d) for d in p['devices']) or '–'} | {_flags(p['args'])} |")
     mine, o = _index(run["deployments"][name]), _index(theirs)
     lines += ["", f"| target | concurrency | output tok/s {run['run']} | output tok/s {other.get('run')} | ratio | "
               f"TTFT p50 {run['run']} | TTFT p50 {other.get('run')} | e2e p50 {run['run']} | e2e p50 {other.get('run')} |",
@@ -338,13 +357,13 @@ def _side_by_side(run: Mapping[str, Any], other: Mapping[str, Any], name: str) -
     return lines
 
 
-def series(run: Mapping[str, Any], deployment: str, metric: str, prefix: str = "") -> Dict[str, List[Tuple[int, float]]]:
+def series(run: Mapping[str, Any], deployment: str, metric: str) -> Dict[str, List[Tuple[int, float]]]:
     """(concurrency, value) points per target, for a chart's lines."""
     out: Dict[str, List[Tuple[int, float]]] = {}
     for r in ((run.get("deployments") or {}).get(deployment) or {}).get("rows") or []:
         value = r["metrics"].get(metric)
         if isinstance(value, (int, float)):
-            out.setdefault(prefix + r["target"], []).append((int(r["concurrency"]), float(value)))
+            out.setdefault(r["target"], []).append((int(r["concurrency"]), float(value)))
     return {k: sorted(v) for k, v in out.items()}
 
 

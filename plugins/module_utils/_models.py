@@ -94,8 +94,29 @@ def _get(cfg: Mapping[str, Any], key: str, default: Any = None, required: bool =
     return default
 
 
-def _family(model_type: str, architecture: str, num_experts: int, linear: int) -> str:
-    mt = model_type.lower()
+# families whose checkpoints always think: the reasoning parser of _engine.PARSERS applies to every answer
+THINKING_FAMILIES = ("qwq", "magistral", "deepseek_r1", "deepseek_r1_0528", "gpt_oss", "glm45", "minimax_m2")
+
+
+def _family(model_type: str, architecture: str, num_experts: int, linear: int, model_id: str = "") -> str:
+    """The family the parser table (_engine.PARSERS) is keyed by: from model_type, and from the id where one
+    architecture carries several formats (R1 distills are Qwen2 or Llama; Llama 2 and 3 share `llama`)."""
+    mt, name = model_type.lower(), model_id.lower()
+    if "qwq" in name:
+        return "qwq"
+    if "deepseek-r1" in name:
+        return "deepseek_r1_0528" if "0528" in name else "deepseek_r1"
+    if mt.startswith("deepseek_v3") or mt == "deepseek_v32":
+        return "deepseek_v32" if ("v3.2" in name or mt == "deepseek_v32") else "deepseek_v31" if "v3.1" in name else "deepseek_v3"
+    named = {"gpt_oss": "gpt_oss", "glm4_moe": "glm45", "kimi_k2": "kimi_k2", "minimax_m2": "minimax_m2", "llama4": "llama4"}
+    if mt in named:
+        return named[mt]
+    if "kimi-k2" in name:
+        return "kimi_k2"
+    if mt == "llama" and ("llama-3" in name or "llama3" in name):
+        return "llama3"
+    if mt in ("mistral", "mistral3", "ministral"):
+        return "magistral" if "magistral" in name else "mistral"
     if mt.startswith("qwen3_5"):
         return "qwen3_5_moe" if num_experts else "qwen3_5"
     if mt.startswith("qwen3_next") or architecture.startswith("Qwen3Next"):
@@ -252,7 +273,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     block = q_cfg.get("weight_block_size") if isinstance(q_cfg, Mapping) else None
     model_type = str(config.get("model_type") or text.get("model_type") or "")
     method, bits, group = _quantization(config, text)
-    family = _family(model_type, archs[0], experts, linear)
+    family = _family(model_type, archs[0], experts, linear, model_id)
     window, sliding = _sliding_layers(text, model_type, layers, full)
     kv_lora = int(_get(text, "kv_lora_rank", 0) or 0)
     vision_cfg = config.get("vision_config")
@@ -287,7 +308,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     name = model_id.lower()
     # "-Thinking" checkpoints (Qwen3-*-Thinking-2507, Qwen3-Next-*-Thinking) think always, whatever the family;
     # checked first, so that a Qwen3 MoE "-Thinking-2507" is not taken for a hybrid (enable_thinking) one
-    if "thinking" in name:
+    if "thinking" in name or family in THINKING_FAMILIES:
         thinking = "always"
     elif family.startswith("qwen3_5") or (family in ("qwen3", "qwen3_moe") and "instruct" not in name and "coder" not in name):
         thinking = "hybrid"

@@ -1143,8 +1143,15 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
     if reasoning:
         ctx.why(f"reasoning_parser={reasoning}", why_r)
     if tools:
+        formats = {"qwen3_coder": "XML <tool_call><function=...>", "hermes": "hermes JSON"}
         ctx.why(f"tool_call_parser={tools}", "forced by overrides" if "tool_call_parser" in o else
-                f"{family} emits {'XML <tool_call><function=...>' if tools == 'qwen3_coder' else 'hermes JSON'} tool calls")
+                f"{family} emits {formats[tools]} tool calls" if tools in formats else
+                f"{family}'s own tool-call format (MODELS.md 3)")
+    elif wants_tools and known:
+        ctx.why("tool_call_parser=none", f"{family} has no tool-call format of its own (MODELS.md 3)")
+        if warnings is not None:
+            warnings.append(f"{name}: {m.id} has no tool-call format of its own, so requests with tool_choice \"auto\" get HTTP 400; "
+                            "set workload.tools: false, or overrides.tool_call_parser if its chat template does emit tool calls")
     elif not wants_tools:
         ctx.why("tool_call_parser=none", "workload.tools is false")
     if not known and warnings is not None:

@@ -211,3 +211,19 @@ def test_two_different_releases_are_checked():
         assert python.exists(), f"{python} is missing: run `make crosscheck`"
         versions.add(run(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip())
     assert len(versions) == 2, f"both venvs import vLLM {versions}: the second venv must hold another release"
+
+
+def test_every_parser_in_the_family_table_exists_in_this_release(engine):
+    """_engine.PARSERS (MODELS.md 3) against the release itself: each tool-call parser among `--tool-call-parser`'s
+    choices in the help, each reasoning parser registered in vllm.reasoning's ReasoningParserManager."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._engine import PARSERS   # pylint: disable=import-outside-toplevel
+
+    tool_choices = engine.flags.get("--tool-call-parser")
+    assert tool_choices, f"vLLM {engine.version}'s help lists no --tool-call-parser choices"
+    tools = {t for _r, t in PARSERS.values() if t}
+    assert tools - tool_choices == set(), f"tool-call parsers vLLM {engine.version} does not have: {sorted(tools - tool_choices)}"
+    registered = set(json.loads(run(engine.venv / "bin" / "python", "-c", "import json; from vllm.reasoning import "
+                                    "ReasoningParserManager as R; print(json.dumps(sorted(R.list_registered())))").splitlines()[-1]))
+    reasoning = {r for r, _t in PARSERS.values() if r}
+    assert reasoning - registered == set(), f"reasoning parsers vLLM {engine.version} does not have: {sorted(reasoning - registered)}"
+    print(f"vLLM {engine.version}: {len(tools)} tool-call and {len(reasoning)} reasoning parsers of the table all present")

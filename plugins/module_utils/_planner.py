@@ -67,7 +67,23 @@ DEFAULT_CONCURRENCY = 8
 # and 8003 behind a gateway on 8001 (playbooks/plan.yml passes llmfleet_vllm_base_port, default the same).
 DEFAULT_BASE_PORT = 8002
 
-DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port"}
+DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env"}
+# flags the planner writes itself (_args), and the overrides key that sets each, where there is one: an
+# extra_args entry may not set them twice
+PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port": "port", "--tensor-parallel-size": "tensor_parallel_size",
+                 "--dtype": "dtype", "--quantization": "quantization", "--kv-cache-dtype": "kv_cache_dtype",
+                 "--max-model-len": "max_model_len", "--max-num-seqs": "max_num_seqs",
+                 "--gpu-memory-utilization": "gpu_memory_utilization", "--max-num-batched-tokens": "max_num_batched_tokens",
+                 "--max-cudagraph-capture-size": None, "--attention-backend": "attention_backend", "--mm-encoder-attn-backend": None,
+                 "--language-model-only": None, "--enable-reasoning": None, "--reasoning-parser": "reasoning_parser",
+                 "--enable-auto-tool-choice": None, "--tool-call-parser": "tool_call_parser",
+                 "--default-chat-template-kwargs": None, "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
+                 # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
+                 "--shutdown-timeout": None}
+# environment the planner or the roles set: an extra_env entry may not replace them
+PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_API_KEY",
+               "VLLM_ATTENTION_BACKEND"}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENGINE_KEYS = {"version", "image", "cuda"}
 # plan_host's options (playbooks/plan.yml fills them from the inventory)
 PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir"}
@@ -161,12 +177,61 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         unknown_engine = sorted(set(engine) - ENGINE_KEYS)
         if unknown_engine:
             raise PlanError(f"{where}[{i}].engine has unknown keys {unknown_engine}; known: {sorted(ENGINE_KEYS)}")
+        _check_extras(d, f"{where}[{i}] ({name})")
         image = (d.get("overrides") or {}).get("image") or engine.get("image")
         if image and (":" not in str(image).rsplit("/", 1)[-1] or str(image).endswith(":latest")):
             raise PlanError(f"{where}[{i}] image {image!r}: pin a version tag or digest (never latest)")
         if "cuda" in engine and not re.fullmatch(r"\d+\.\d+", str(engine["cuda"])):
             raise PlanError(f"{where}[{i}].engine.cuda={engine['cuda']!r}: the CUDA level the image is built with, e.g. \"12.9\"")
     return [dict(d) for d in deployments]
+
+
+def _check_extras(d: Mapping[str, Any], where: str) -> None:
+    """extra_args: a list of strings, flags spelled --name, none the planner writes itself; extra_env: names to strings."""
+    extra = d.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in extra):
+        raise PlanError(f"{where}.extra_args must be a list of strings, e.g. [\"--enable-prefix-caching\"]; got {extra!r}")
+    for k, arg in enumerate(str(a) for a in extra):
+        flag = arg.split("=", 1)[0]
+        if k == 0 and not flag.startswith("--"):
+            raise PlanError(f"{where}.extra_args starts with {arg!r}: the list is appended after the planned flags, so it must start "
+                            "with a --flag")
+        if flag in PLANNED_FLAGS:
+            key = PLANNED_FLAGS[flag]
+            raise PlanError(f"{where}.extra_args sets {flag}, which the planner decides: "
+                            + (f"set overrides.{key} instead" if key else "it follows from the plan and cannot be set twice"))
+    env = d.get("extra_env", {})
+    if not isinstance(env, Mapping):
+        raise PlanError(f"{where}.extra_env must be a mapping of variable names to values; got {env!r}")
+    for key, value in env.items():
+        if not ENV_NAME.match(str(key)) or isinstance(value, (dict, list)) or value is None:
+            raise PlanError(f"{where}.extra_env.{key}={value!r}: a variable name and a string value")
+        if str(key) in PLANNED_ENV:
+            raise PlanError(f"{where}.extra_env sets {key}, which the plan or the roles set (devices, KV space, the API key)")
+
+
+def _extras(d: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str], name: str) -> Tuple[List[str], Dict[str, str]]:
+    """The inventory's extra_args / extra_env, checked against what the planner knows of this engine version."""
+    args = [str(a) for a in d.get("extra_args") or []]
+    env = {str(k): str(v) for k, v in (d.get("extra_env") or {}).items()}
+    flags = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    for flag in flags:
+        if flag in FLAG_SINCE or flag in FLAG_UNTIL:
+            if not has_flag(version, flag):
+                since, until = FLAG_SINCE.get(flag), FLAG_UNTIL.get(flag)
+                raise PlanError(f"{name}: extra_args {flag} is not a flag of vLLM {vstr(version)}"
+                                + (f" (it arrived in {vstr(since)})" if since and version < since else "")
+                                + (f" (it was removed after {vstr(until)})" if until and version > until else ""))
+    unknown = [f for f in flags if f not in FLAG_SINCE and f not in FLAG_UNTIL]
+    if args:
+        ctx.why(f"extra_args={' '.join(args)}", "from the inventory (llmfleet_deployments[].extra_args), appended after the planned flags"
+                + (f"; {', '.join(unknown)} not in the planner's flag table, so not checked against vLLM {vstr(version)}" if unknown else ""))
+    if unknown:
+        warnings.append(f"{name}: extra_args {', '.join(unknown)} not checked against vLLM {vstr(version)}'s flags (the planner's table "
+                        "does not know them); vLLM refuses an unknown flag at start-up and the health gate shows its error")
+    if env:
+        ctx.why(f"extra_env={','.join(sorted(env))}", "from the inventory (llmfleet_deployments[].extra_env)")
+    return args, env
 
 
 # --------------------------------------------------------------------------------------------
@@ -919,6 +984,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     served = d.get("served_name") or name
     model_dir = out["model_source"]["dir"]
     budget = startup_budget(m.weight_bytes / GIB, eager, vendor, cc, ctx)
+    extra_args, extra_env = _extras(d, version, ctx, warnings, name)
     for k, group in enumerate(groups):
         for g in group:
             taken[g] = name
@@ -938,7 +1004,8 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             env["VLLM_ATTENTION_BACKEND"] = backend
         args = _args(model_dir, served, options["bind_address"], port, tp, dtype, quant, kv_dtype, length, seqs,
                      util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w,
-                     dict(o, expert_parallel=expert_parallel), vendor, capture if capture_flag else None)
+                     dict(o, expert_parallel=expert_parallel), vendor, capture if capture_flag else None) + extra_args
+        env.update(extra_env)
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
             "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1,
@@ -1028,7 +1095,9 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
     model_dir = out["model_source"]["dir"]
     args = _args(model_dir, served, options["bind_address"], port, 1, dtype, None, "auto", length, seqs, None,
                  None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu")
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(space)}
+    extra_args, extra_env = _extras(d, version, ctx, warnings, name)
+    args += extra_args
+    env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(space))
     image = o.get("image") or d["engine"].get("image")
     if image:
         ctx.why(f"image={image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")

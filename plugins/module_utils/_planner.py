@@ -525,7 +525,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     kv = gpu_bytes * util - weights - activation - non_torch - counted
     pool = kv_pool(m, tp, kv, kv_bytes, act_bytes, max_batched)
     return replace(pool, total=gpu_bytes, utilization=util, weights=weights, activation=activation, non_torch=non_torch,
-                    cudagraph=graphs)
+                   cudagraph=graphs)
 
 
 def kv_pool(m: ModelProfile, tp: int, kv: float, kv_bytes: int, act_bytes: int, max_batched: int, block_size: int = BLOCK_SIZE) -> Memory:

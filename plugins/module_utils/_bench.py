@@ -210,7 +210,8 @@ def record(run_id: str, rows: Sequence[Mapping[str, Any]], plans: Mapping[str, M
         raise BenchError("the run measured nothing: no deployment matched bench_deployments / bench_targets on the llm_serve hosts")
     for dep in deployments.values():
         dep["rows"].sort(key=lambda r: (r["target"] != "gateway", r["target"], r["concurrency"]))
-    return {"run": run_id, "started": started, "settings": dict(settings), "deployments": deployments}
+    # as the steps ran them (a concurrency given as "1,4" from -e is recorded as [1, 4])
+    return {"run": run_id, "started": started, "settings": settings_of(settings), "deployments": deployments}
 
 
 def _index(dep: Mapping[str, Any]) -> Dict[Tuple[str, int], Mapping[str, Any]]:

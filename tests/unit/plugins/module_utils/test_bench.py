@@ -152,6 +152,12 @@ def test_ratios_per_step_and_the_gate_names_what_got_worse():
     assert b.ratio_line(found[1]) == "a · gateway · concurrency 4: output tok/s ×0.50, TTFT p50 ×1.00, e2e p50 ×2.00 of run base"
 
 
+def test_the_record_keeps_the_settings_as_the_steps_ran_them():
+    run = b.record("r", BASE["deployments"]["a"]["rows"], PLANS, dict(SMALL, concurrency="4,1"))
+    assert run["settings"]["concurrency"] == [1, 4] and run["settings"]["min_prompts"] == 8
+    assert "concurrency 1, 4." in b.markdown(run)
+
+
 def test_steps_only_one_run_measured_are_left_out_of_the_ratios():
     other = run_of("x", {("gateway", 16): metrics(500.0, 400.0)})
     assert b.ratios(other, BASE, "a") == []

@@ -93,6 +93,10 @@ def visible_devices_in_container(vendor: str) -> bool:
     return vendor != "nvidia"
 
 
+# the engine's own drain on SIGTERM (vLLM >= 0.18); the plan owns it with the stop timeout above it
+SHUTDOWN_FLAG = "--shutdown-timeout"
+
+
 def stop_timeout() -> Tuple[int, str]:
     """(seconds, why) a runtime waits after SIGTERM before it kills. The planner sets no --shutdown-timeout
     yet (draining arrives with the day-2 change path), so the engine's own drain is vLLM's default 0."""

@@ -23,7 +23,9 @@ from ._engine import (
     nvidia_image, parse_version, vstr,
 )
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
-from ._host_needs import HYHAL_DIR, NeedsError, bind_address, device_access, model_source, os_packages, stop_timeout
+from ._host_needs import (
+    HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, model_source, os_packages, stop_timeout,
+)
 from ._models import (
     CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
     kv_heads_per_rank,
@@ -79,7 +81,7 @@ PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port":
                  "--enable-auto-tool-choice": None, "--tool-call-parser": "tool_call_parser",
                  "--default-chat-template-kwargs": None, "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
                  # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
-                 "--shutdown-timeout": None}
+                 SHUTDOWN_FLAG: None}
 # environment the planner or the roles set: an extra_env entry may not replace them
 PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_API_KEY",
                "VLLM_ATTENTION_BACKEND"}

@@ -115,7 +115,9 @@ def _family(model_type: str, architecture: str, num_experts: int, linear: int, m
         return "kimi_k2"
     if mt == "llama" and ("llama-3" in name or "llama3" in name):
         return "llama3"
-    if mt in ("mistral", "mistral3", "ministral"):
+    # Mistral AI's own checkpoints (their tokenizer has the [TOOL_CALLS] token the mistral parser needs), not every
+    # model of the Mistral architecture
+    if mt in ("mistral", "mistral3", "ministral") and any(w in name for w in ("mistral", "magistral", "devstral", "codestral")):
         return "magistral" if "magistral" in name else "mistral"
     if mt.startswith("qwen3_5"):
         return "qwen3_5_moe" if num_experts else "qwen3_5"

@@ -125,7 +125,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call
+from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import diagnose
 
 
@@ -236,9 +236,9 @@ def main():
             status, body = call(base + "/v1/completions", completion, p["api_key"], timeout=120)
             if status == 200 and isinstance(body, dict) and body.get("choices"):
                 break
-            last = f"/health is 200 but a one-token completion with the key answered {status}: {str(body)[:300]}"
+            last = f"/health is 200 but a one-token completion with the key answered {status}: {error_text(body)}"
         else:
-            last = f"/health answered {status}: {str(_body)[:200]}"
+            last = f"/health answered {status}: {error_text(_body, 200)}"
         if _monotonic_now() > deadline:
             fail(f"not ready {p['timeout']} s after its start ({last})")
         time.sleep(p["interval"])
@@ -251,7 +251,7 @@ def main():
     for _i in range(p["warmup_requests"]):
         status, body = call(base + "/v1/chat/completions", chat, p["api_key"], timeout=300)
         if status != 200:
-            fail(f"a warm-up chat completion answered {status}: {str(body)[:300]}")
+            fail(f"a warm-up chat completion answered {status}: {error_text(body)}")
     done = _monotonic_now()
     module.exit_json(changed=False, ready=True, startup_s=round(ready_at - start, 1), waited_s=round(ready_at - began, 1),
                      warmup_s=round(done - ready_at, 1), auth_enforced=True,

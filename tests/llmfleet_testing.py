@@ -53,6 +53,11 @@ def inventory(name: str):
     return host_vars.stem, hw, data["llmfleet_deployments"]
 
 
+# A CPU host's deployment of a catalog model (the planner knows Qwen3-0.6B's config.json without a download)
+CPU_QWEN3_SMALL = [{"name": "qwen3-small", "model": "Qwen/Qwen3-0.6B", "engine": {"version": "0.32.0"},
+                    "workload": {"max_model_len": 4096, "concurrency": 4, "goal": "throughput", "thinking": False, "tools": True}}]
+
+
 def plan_of(name: str, **options):
     """The planner's plan for a reference inventory."""
     from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host  # pylint: disable=import-outside-toplevel

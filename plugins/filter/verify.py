@@ -1,6 +1,6 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters of verify.yml: verify_targets, verify_gateway_targets, verify_rows, verify_table, verify_failures
+"""Filters of verify.yml: verify_targets, verify_gateway_targets, verify_rows, verify_table, verify_answers, verify_failures
 and gateway_local_url (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ def verify_table(rows):
     return _call(v.table, list(rows))
 
 
+def verify_answers(rows):
+    return _call(v.answers, list(rows))
+
+
 def verify_failures(rows):
     return _call(v.failures, list(rows))
 
@@ -50,4 +54,4 @@ def gateway_local_url(listen, address=None):
 class FilterModule:
     def filters(self):
         return {"verify_targets": verify_targets, "verify_gateway_targets": verify_gateway_targets, "verify_rows": verify_rows,
-                "verify_table": verify_table, "verify_failures": verify_failures, "gateway_local_url": gateway_local_url}
+                "verify_table": verify_table, "verify_answers": verify_answers, "verify_failures": verify_failures, "gateway_local_url": gateway_local_url}

@@ -116,6 +116,7 @@ PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
     "qwq": ("deepseek_r1", "hermes"),
     "llama3": (None, "llama3_json"),
     "llama4": (None, "llama4_pythonic"),
+    "smollm2": (None, None),                          # SmolLM2 (Llama architecture): no thinking, no tool format vLLM parses
     "mistral": (None, "mistral"),
     "magistral": ("mistral", "mistral"),
     "deepseek_r1": ("deepseek_r1", None),            # R1 and its distills: no tool-call format of their own

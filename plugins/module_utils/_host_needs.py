@@ -62,8 +62,8 @@ def bind_address(gateway_on_host: bool, private_address: Optional[str], host: st
     if not any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version):
         raise NeedsError(f"{host}: llmfleet_private_address={text!r} is not a private address: the edge would answer "
                          "anyone who can reach it; give the host's private-network address, or put the gateway on this host")
-    return LOOPBACK, text, (f"the gateway runs on another host: the engine listens on loopback, and this host's edge nginx "
-                            f"passes the allow-listed paths from the gateway hosts on {text} (llmfleet_private_address) to it")
+    return LOOPBACK, text, (f"the gateway runs on another host: the engine listens on loopback, and this host's edge nginx, "
+                            f"on {text} (llmfleet_private_address), passes the allow-listed paths from the gateway hosts to it")
 
 
 def device_access(vendor: str, gpus: List[int], hyhal_dir: str = HYHAL_DIR) -> Dict[str, Any]:

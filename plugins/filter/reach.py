@@ -1,0 +1,42 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Filter of playbooks/reach.yml: fleet_reach (docs in the sidecar YAML file)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
+from ansible_collections.llmfleet.serving.plugins.module_utils import _reach as r
+
+
+def _var(hostvars, host, name, default=None):
+    return hostvars[host].get(name, default) if host in hostvars else default
+
+
+def fleet_reach(plans, groups, hostvars, answers=None):
+    """The closing lines: each gateway host's URL (its gateway_listen at its llmfleet_private_address), the key
+    to use (its name; llmfleet_reach_key_file when the inventory says where the key lies), each web UI host's
+    URL and login (llmfleet_reach_password_file likewise)."""
+    try:
+        gateways = []
+        for host in groups.get("llm_gateway") or []:
+            if not _var(hostvars, host, "llmfleet_gateway", True):
+                continue
+            address = _var(hostvars, host, "llmfleet_private_address") or _var(hostvars, host, "ansible_host") or host
+            url = gw.local_url(list(_var(hostvars, host, "gateway_listen", ["80"]) or []), str(address))
+            gateways.append(r.gateway_entry(host, url, _var(hostvars, host, "gateway_api_keys", []) or [],
+                                            _var(hostvars, host, "llmfleet_reach_key_name"), _var(hostvars, host, "llmfleet_reach_key_file")))
+        webuis = [{"host": h, "url": _var(hostvars, h, "webui_public_url", ""), "email": _var(hostvars, h, "webui_admin_email", ""),
+                   "password_file": _var(hostvars, h, "llmfleet_reach_password_file")}
+                  for h in groups.get("llm_webui") or [] if _var(hostvars, h, "llmfleet_webui", True)]
+        return r.lines(dict(plans or {}), gateways, webuis, list(answers or []))
+    except (r.ReachError, gw.GatewayError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_reach: malformed input ({type(exc).__name__}: {exc})") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"fleet_reach": fleet_reach}

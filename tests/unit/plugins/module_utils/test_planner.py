@@ -377,3 +377,14 @@ def test_cpu_auto_length_comes_from_host_memory_and_numa_from_the_largest_node()
     small = plan_host("h", dict(hw, memory_mib=8 * 1024), [dict(dep, workload={"concurrency": 400})])
     assert small["errors"] == ["a: 400 requests of even 16 tokens (229376 B/token) do not fit the 1 GiB h has left after "
                                "2.22 GiB of weights; lower workload.concurrency"]
+
+
+def test_a_driver_too_old_for_the_planned_image_is_said_at_plan_time():
+    # the h100_sxm_8x profile's driver 570.124.06 is a CUDA 12.8 driver; vLLM 0.20's official image is CUDA 13.0
+    dep = [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0"}}]
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), dep)
+    assert plan["errors"] == []
+    [warning] = [w for w in plan["warnings"] if "prepare.yml will stop" in w]
+    assert "NVIDIA driver 570.124.06" in warning and "Upgrade the driver to >= 580" in warning and "-cu129" in warning
+    pinned = [dict(dep[0], engine={"version": "0.20.0", "image": "vllm/vllm-openai:v0.20.0-cu129", "cuda": "12.9"})]
+    assert not any("prepare.yml will stop" in w for w in plan_host("h", hardware_profile("h100_sxm_8x"), pinned)["warnings"])

@@ -136,7 +136,7 @@ demo-down: venv
 	@if docker info >/dev/null 2>&1; then \
 	  ansible-playbook -i inventories/local playbooks/lab.yml -e lab_state=absent; \
 	else echo "[demo-down] no Docker engine answers: no lab host to remove"; fi
-	rm -rf inventories/local/secrets $(addprefix plans/,$(addsuffix .json,llmfleet-demo-engine1 llmfleet-demo-engine2))
+	rm -rf inventories/local/.secrets $(addprefix plans/,$(addsuffix .json,llmfleet-demo-engine1 llmfleet-demo-engine2))
 
 # README.md's matrix and docs/inventory.md + docs/troubleshooting.md are generated (tests/unit/test_docs.py checks them).
 docs: venv

@@ -943,7 +943,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             kv_dtype = "fp8"
             fitting = [t for t in tps if fits(t, "fp8")]
             ctx.why("kv_cache_dtype=fp8", f"max_model_len {max_len_req} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
-                    f"fp8 KV halves the bytes per token (sound on sm{cc})")
+                    f"fp8 KV halves the bytes per token (sound on {arch if vendor != 'nvidia' else f'sm{cc}'})")
         if not fitting:
             errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, cc, version)
                           + "".join(f"; TP={t} is excluded: {why} (vLLM raises ValueError at load; fp8.py, MODELS.md 2)"
@@ -1003,7 +1003,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         if mem8.concurrency(length8 if max_len_req == "auto" else length) > mem.concurrency(length):
             kv_dtype = "fp8"
             ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {mem.concurrency(length):.1f} requests of {length} tokens per instance, "
-                    f"{needed} are wanted; fp8 KV halves the bytes per token (sound on sm{cc})")
+                    f"{needed} are wanted; fp8 KV halves the bytes per token (sound on {arch if vendor != 'nvidia' else f'sm{cc}'})")
             mem, seqs, length = mem8, seqs8, length8
     if kv_dtype == "auto" and not kv_forced:
         ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(length) >= needed

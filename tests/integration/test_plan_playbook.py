@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
+import subprocess
+import sys
 
 import pytest
 from llmfleet_testing import ROOT, run_ansible, task_result
@@ -124,3 +127,19 @@ def test_bind_address_never_falls_back_to_ansible_host(tmp_path):
     assert result["stats"]["h100-01"]["failures"] == 1
     failed = task_result(result, "Compute the plan", "h100-01")
     assert "llmfleet_private_address='203.0.113.10' is not a private address" in failed["msg"]
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES + ["local"])
+def test_the_secrets_the_roles_make_are_never_read_as_inventory(inventory, tmp_path):
+    # `-i inventories/<name>` is a folder: Ansible parses every file in it as an inventory source except hidden
+    # ones, so the controller secrets (<inventory>/.secrets/, the roles' default) must never become host names
+    inv = tmp_path / inventory
+    shutil.copytree(pathlib.Path(ROOT) / "inventories" / inventory, inv, ignore=shutil.ignore_patterns(".secrets"))
+    (inv / ".secrets").mkdir()
+    (inv / ".secrets" / "vllm_api_key").write_text("s3cretKeyValue0123456789\n")
+    listed = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-inventory"), "-i", str(inv), "--list"], capture_output=True, text=True, check=True,
+                            env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
+    assert "s3cretKeyValue" not in listed.stdout + listed.stderr
+    for role in ("vllm", "webui", "gateway"):
+        defaults = (pathlib.Path(ROOT) / "roles" / role / "defaults" / "main.yml").read_text()
+        assert all("/.secrets/" in line for line in defaults.splitlines() if "inventory_dir" in line and "_file:" in line)

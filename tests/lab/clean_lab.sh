@@ -41,7 +41,7 @@ fi
 
 for path in "$root/.cache" "$root/.venv" "$root/build" "$root/plans" "$root/tests/output" "$root/.ansible" \
             "$root/.hypothesis" "$root/.pytest_cache" "${TMPDIR:-/tmp}/torchinductor_$(id -un)" \
-            "${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}" /var/tmp/llmfleet-lab /var/tmp/llmfleet-demo "$root/inventories/local/secrets" "${TMPDIR:-/tmp}/llmfleet-sanity" \
+            "${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}" /var/tmp/llmfleet-lab /var/tmp/llmfleet-demo "$root/inventories/local/.secrets" "${TMPDIR:-/tmp}/llmfleet-sanity" \
             "$HOME/.ansible/collections/ansible_collections/llmfleet"; do
   if [ -e "$path" ]; then say "removing $path"; rm -rf "$path"; fi
 done

@@ -104,6 +104,22 @@ def stop_timeout() -> Tuple[int, str]:
                            f"build, LAB.md): {STOP_MARGIN_S} s before the runtime kills it")
 
 
+DRAIN_TIMEOUT_S = 120
+
+
+def drain_timeout(seconds: Optional[int] = None) -> Tuple[int, str]:
+    """(seconds, why) the change path waits for an instance's in-flight requests after it leaves the gateway's
+    rotation, before it is stopped (overrides.drain_timeout_s)."""
+    if seconds is not None:
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0:
+            raise NeedsError(f"overrides.drain_timeout_s must be a whole number of seconds >= 0, got {seconds!r}")
+        return seconds, (f"overrides.drain_timeout_s: before a change the instance leaves the gateway's rotation, then up to "
+                         f"{seconds} s for its in-flight requests; what still runs then is cut by the stop")
+    return DRAIN_TIMEOUT_S, (f"before a change the instance leaves the gateway's rotation, then up to {DRAIN_TIMEOUT_S} s for "
+                             "its in-flight requests (vllm:num_requests_running + waiting on its /metrics reach 0): a long "
+                             "stream of a CPU or a busy GPU fits; what still runs then is cut by the stop")
+
+
 def os_packages(package: Optional[str]) -> List[str]:
     """Debian packages the venv (systemd) runtime of `package` needs; an image-only plan needs none."""
     if not package:

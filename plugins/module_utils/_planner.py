@@ -25,7 +25,7 @@ from ._engine import (
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
 from ._host_runtime import driver_verdict
 from ._host_needs import (
-    HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, model_source, os_packages, stop_timeout,
+    HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, drain_timeout, model_source, os_packages, stop_timeout,
 )
 from ._models import (
     CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
@@ -93,7 +93,8 @@ PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address",
 WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
-                 "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel"}
+                 "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel",
+                 "drain_timeout_s"}
 # What each key above means (docs/inventory.md is generated from it; tests/unit/test_docs.py holds it complete):
 # a DEPLOYMENT_KEYS key by its name, the others as workload.<key>, engine.<key>, overrides.<key>, options.<key>
 DEPLOYMENT_DOC: Dict[str, str] = {
@@ -130,6 +131,8 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it).",
     "overrides.attention_backend": "A vLLM attention backend name (the planner spells it for the version).",
     "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
+    "overrides.drain_timeout_s": "Seconds a change waits for the instance's in-flight requests after it leaves the gateway's "
+                                 "rotation (default 120).",
     "overrides.max_num_seqs": "Admission cap instead of the planner's (what the KV cache holds, at most vLLM's default).",
     "overrides.gpu_memory_utilization": "Fraction of each GPU vLLM may use, instead of its default (lowered before vLLM 0.21).",
     "overrides.enforce_eager": "true turns CUDA graphs and torch.compile off (slower decode; default on CPUs only).",
@@ -698,13 +701,13 @@ def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
 
 
 def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
-                 options: Mapping[str, Any]) -> Dict[str, Any]:
+                 options: Mapping[str, Any], drain_s: int) -> Dict[str, Any]:
     """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
     return {"vendor": vendor, "bind_address": options["bind_address"],
             "edge": {"address": options["edge_address"], "port": port} if options.get("edge_address") else None,
             "model_dir": model_dir, "image_cuda": image_cuda,
             "access": device_access(vendor, gpus, str(options.get("hyhal_dir") or HYHAL_DIR)), "os_packages": os_packages(package),
-            "stop_timeout_s": stop_timeout()[0]}
+            "stop_timeout_s": stop_timeout()[0], "drain_timeout_s": drain_s}
 
 
 def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
@@ -747,6 +750,12 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     ctx.why(f"bind_address={options['bind_address']}", options["bind_why"])
     stop_s, stop_why = stop_timeout()
     ctx.why(f"stop_timeout_s={stop_s}", stop_why)
+    try:
+        drain_s, drain_why = drain_timeout((d.get("overrides") or {}).get("drain_timeout_s"))
+    except NeedsError as exc:
+        errors.append(f"{name}: {exc}")
+        return out
+    ctx.why(f"drain_timeout_s={drain_s}", drain_why)
     out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
                             "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
     if version < parse_version(m.min_engine):
@@ -1085,7 +1094,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             },
             "image": image, "package": package, "served_model_name": served,
             "args": args, "env": env, "patches": patches, "reasons": ctx.reasons,
-            **_host_fields(vendor, group, image_cuda, package, model_dir, port, options),
+            **_host_fields(vendor, group, image_cuda, package, model_dir, port, options, drain_s),
         }
         out["instances"].append(_hashed(instance))
     ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(expert_parallel).lower(),
@@ -1173,7 +1182,8 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
                    "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(held, 2)},
         "image": image, "package": package, "served_model_name": served,
         "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
-        **_host_fields("cpu", [], None, package, model_dir, port, options),
+        **_host_fields("cpu", [], None, package, model_dir, port, options,
+                       drain_timeout((d.get("overrides") or {}).get("drain_timeout_s"))[0]),
     }
     out["instances"].append(_hashed(instance))
     return out

@@ -29,7 +29,7 @@ QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_
 SECRET_ENV = ("VLLM_API_KEY",)
 # What every planned instance carries for the runtimes (the planner writes them; _host_needs decides the host part).
 REQUIRED_FIELDS = ("name", "port", "gpus", "args", "env", "vendor", "bind_address", "edge", "model_dir", "access", "os_packages",
-                   "stop_timeout_s", "plan_hash")
+                   "stop_timeout_s", "drain_timeout_s", "plan_hash")
 
 
 class ServingError(Exception):

@@ -51,7 +51,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 row:
-  description: "{deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning}, answer (the chat check's text, one line), failed, problem}."
+  description: >-
+    {deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning}, answer (the chat check's text,
+    one line), failed, problem}.
   returned: always
   type: dict
 """

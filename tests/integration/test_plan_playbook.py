@@ -137,7 +137,8 @@ def test_the_secrets_the_roles_make_are_never_read_as_inventory(inventory, tmp_p
     shutil.copytree(pathlib.Path(ROOT) / "inventories" / inventory, inv, ignore=shutil.ignore_patterns(".secrets"))
     (inv / ".secrets").mkdir()
     (inv / ".secrets" / "vllm_api_key").write_text("s3cretKeyValue0123456789\n")
-    listed = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-inventory"), "-i", str(inv), "--list"], capture_output=True, text=True, check=True,
+    listed = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-inventory"), "-i", str(inv), "--list"],
+                            capture_output=True, text=True, check=True,
                             env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
     assert "s3cretKeyValue" not in listed.stdout + listed.stderr
     for role in ("vllm", "webui", "gateway"):

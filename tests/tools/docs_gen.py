@@ -212,6 +212,7 @@ HOST_VARS: Dict[str, Tuple[str, str]] = {
                                         "another way)."),
     "llmfleet_serve": ("`true`", "false: serve.yml (and verify.yml, bench.yml) leave this host's instances alone."),
     "llmfleet_serve_serial": ("`1`", "How many hosts serve.yml changes at once (each passes the health gate first)."),
+    "llmfleet_upgrade_serial": ("`1`", "How many hosts playbooks/upgrade.yml rolls at once; the first failed batch stops the roll."),
     "llmfleet_gateway": ("`true`", "false: gateway.yml sets up no gateway or edge on this host (its front door is provided "
                                    "another way)."),
     "llmfleet_webui": ("`true`", "false: webui.yml sets up no web UI on this host."),
@@ -318,6 +319,14 @@ PLACEHOLDER = "{…}"
 
 # The fix of each message that does not say it itself, keyed by a stable substring of "<where> <message>".
 FIXES: Dict[str, str] = {
+    "Stop, the new plan did not pass": "The message carries the health gate's own (the engine's log and the likely cause) and says "
+                                       "whether the previous version was put back; fix the deployment and run again.",
+    "is not a deployment of this host": "Name a deployment the host has (upgrade_deployment), or leave it out to roll every one.",
+    "a metrics line does not end with a number": "The port does not answer as a vLLM engine: look at `curl http://127.0.0.1:<port>/metrics` "
+                                                 "on the host, and at the instance's log (journalctl -u / docker logs).",
+    "not a vLLM metrics page": "The port does not answer as a vLLM engine: look at `curl http://127.0.0.1:<port>/metrics` on the "
+                               "host, and at the instance's log (journalctl -u / docker logs).",
+    "is not in the plan of": "Run playbooks/plan.yml for that host so that its plan lists the instance, then serve.yml.",
     "playbooks/plan.yml:Stop on plans that cannot work": "Each planner error says the number that does not fit and what would "
     "(the planner's rows below); change the deployment or the hardware and run plan.yml again.",
     "the plan has errors, nothing is started": "Fix the plan's errors (they are the planner's, listed after the colon) and run "
@@ -665,7 +674,7 @@ def health_gate_table() -> str:
 
 
 def missing_fixes() -> List[str]:
-    rows = [(path, where, message) for path, where, message in all_failures()]
+    rows = list(all_failures())
     rows += [("plugins/module_utils/_serving.py", "_CAUSES", cause) for _pattern, cause in serving._CAUSES]
     return [f"{path}:{where}: {message}" for path, where, message in rows if fix_of(f"{path}:{where}", message) is None]
 

@@ -117,7 +117,9 @@ def test_an_instance_that_cannot_start_fails_the_gate_with_its_log(host):
     effect = json.loads(host.file("/var/tmp/llmfleet-side-effect.json").content_string)
     message = effect["gate_failure"]
     print(f"[vllm_systemd] gate failure message (first and last lines):\n{message[:400]}\n...\n{message[-600:]}")
-    assert effect["gate_task"] == "Health gate of tiny-bad-0"
+    # the change path stops on the failed health gate with its message (a new instance: nothing to restore)
+    assert effect["gate_task"] == "Stop, the new plan did not pass: tiny-bad-0"
+    assert message.startswith("llmfleet-vllm-host / tiny-bad-0: ")
     assert "llmfleet-vllm-tiny-bad-0 is not serving" in message
     assert "Likely cause: a reasoning or tool-call parser this vLLM build does not have" in message
     assert "no-such-parser" in message, "the engine's own log lines must be in the message"

@@ -1,0 +1,49 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters of the change path (the vllm role's instance.yml, plan.yml): rollout_in_flight, rollout_rotate,
+rollout_in_rotation, rollout_peers, rollout_changes and rollout_at_version (docs in the sidecar YAML files)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _rollout as r
+
+
+def _call(func, *args, **kwargs):
+    try:
+        return func(*args, **kwargs)
+    except r.RolloutError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+
+
+def rollout_in_flight(metrics):
+    return _call(r.in_flight, str(metrics))
+
+
+def rollout_rotate(conf, host, instance, down):
+    return _call(r.rotate, str(conf), str(host), str(instance), bool(down))
+
+
+def rollout_in_rotation(conf, host, instance):
+    return _call(r.in_rotation, str(conf), str(host), str(instance))
+
+
+def rollout_peers(plans, host, instance):
+    return _call(r.peers, dict(plans), str(host), str(instance))
+
+
+def rollout_changes(new_plan, old_plan):
+    return _call(r.changes, old_plan or {}, new_plan)
+
+
+def rollout_at_version(deployments, version, deployment=None):
+    return _call(r.at_version, list(deployments or []), str(version), deployment)
+
+
+class FilterModule:
+    def filters(self):
+        return {"rollout_in_flight": rollout_in_flight, "rollout_rotate": rollout_rotate, "rollout_in_rotation": rollout_in_rotation,
+                "rollout_peers": rollout_peers, "rollout_changes": rollout_changes, "rollout_at_version": rollout_at_version}

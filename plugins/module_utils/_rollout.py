@@ -1,0 +1,148 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""PRIVATE module_utils of llmfleet.serving: the one change path of a running instance (the vllm role's
+instance.yml): out of the gateway's rotation, wait for its in-flight requests, replace, gate, back in.
+Pure and typed; the role does the I/O.
+
+Facts (../shared/EDGE.md sections 1 and 3): open-source nginx has no drain, only `down` on an upstream server;
+after `nginx -s reload` a stream in flight finishes on the old worker. vLLM's `/health` stays 200 while it
+drains, so the engine's own `vllm:num_requests_running` and `vllm:num_requests_waiting` (on /metrics, open
+on loopback) say when nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Mapping, Sequence
+
+IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+# one line per instance in the gateway's upstream blocks (roles/gateway/templates/gateway.conf.j2):
+#     server 172.30.77.11:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine1 tiny-a-0
+SERVER_LINE = re.compile(r"^(?P<head>\s*server\s+\S+(?:\s+(?!down\b)[^\s;#]+)*?)(?P<down>\s+down)?;(?P<tail>\s+#\s+(?P<host>\S+)\s+(?P<inst>\S+))\s*$")
+
+
+class RolloutError(ValueError):
+    """Input the change path cannot use."""
+
+
+def in_flight(metrics: str) -> int:
+    """Requests the engine holds (running + waiting), from its Prometheus text; every label set summed."""
+    seen = False
+    total = 0.0
+    for line in str(metrics).splitlines():
+        if line.startswith("#"):
+            continue
+        name = re.split(r"[{\s]", line, maxsplit=1)[0]
+        if name in IN_FLIGHT:
+            seen = True
+            try:
+                total += float(line.rsplit(None, 1)[-1])
+            except ValueError as exc:
+                raise RolloutError(f"a metrics line does not end with a number: {line[:120]!r}") from exc
+    if not seen:
+        raise RolloutError(f"the engine's /metrics has neither {IN_FLIGHT[0]} nor {IN_FLIGHT[1]}: not a vLLM metrics page")
+    return int(total)
+
+
+def rotate(conf: str, host: str, instance: str, down: bool) -> str:
+    """The gateway's configuration with `instance` of `host` taken out of (`down`) or put back into its upstream."""
+    out, hits = [], 0
+    for line in str(conf).split("\n"):
+        match = SERVER_LINE.match(line)
+        if match and match.group("host") == host and match.group("inst") == instance:
+            hits += 1
+            line = f"{match.group('head')}{' down' if down else ''};{match.group('tail')}"
+        out.append(line)
+    if hits != 1:
+        raise RolloutError(f"the gateway's configuration has {hits} upstream server lines for {instance} on {host} (expected 1): "
+                           "run playbooks/gateway.yml so that it routes this host's plan")
+    return "\n".join(out)
+
+
+def in_rotation(conf: str, host: str, instance: str) -> bool:
+    """Whether the gateway routes to `instance` of `host` (a server line without `down`)."""
+    return any((m := SERVER_LINE.match(line)) and m.group("host") == host and m.group("inst") == instance and not m.group("down")
+               for line in str(conf).split("\n"))
+
+
+def peers(plans: Mapping[str, Mapping[str, Any]], host: str, instance: str) -> List[str]:
+    """The other instances of the fleet that serve the same model as `instance` of `host` ("host/instance")."""
+    served: Dict[str, List[str]] = {}
+    mine = None
+    for name in sorted(plans):
+        for dep in (plans[name] or {}).get("deployments") or []:
+            for inst in dep.get("instances") or []:
+                model = str(inst.get("served_model_name") or dep.get("name"))
+                served.setdefault(model, []).append(f"{name}/{inst['name']}")
+                if name == host and inst["name"] == instance:
+                    mine = model
+    if mine is None:
+        raise RolloutError(f"{instance} is not in the plan of {host}")
+    return [p for p in served[mine] if p != f"{host}/{instance}"]
+
+
+def flag_diff(old: Sequence[Any], new: Sequence[Any]) -> List[str]:
+    """What changes between two launch argument lists, flag by flag: `--x a -> b`, `+ --y`, `- --z`."""
+    def flags(args: Sequence[Any]) -> Dict[str, str]:
+        args = [str(a) for a in args]
+        out: Dict[str, str] = {}
+        for i, arg in enumerate(args):
+            if arg.startswith("--"):
+                value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+                out[arg] = value
+            elif i == 0 or not args[i - 1].startswith("--"):
+                out["(model)"] = arg
+        return out
+    a, b = flags(old), flags(new)
+    lines = []
+    for key in sorted(set(a) | set(b)):
+        if key not in b:
+            lines.append(f"- {key} {a[key]}".rstrip())
+        elif key not in a:
+            lines.append(f"+ {key} {b[key]}".rstrip())
+        elif a[key] != b[key]:
+            lines.append(f"{key} {a[key]} -> {b[key]}")
+    return lines
+
+
+def changes(old_plan: Mapping[str, Any], new_plan: Mapping[str, Any]) -> List[str]:
+    """Per instance, what a new plan changes against the one in force: new, removed, engine version, flags."""
+    def index(plan: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
+        out = {}
+        for dep in (plan or {}).get("deployments") or []:
+            for inst in dep.get("instances") or []:
+                out[str(inst["name"])] = dict(inst, engine_version=dep.get("engine_version", ""))
+        return out
+    a, b = index(old_plan), index(new_plan)
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        if name not in a:
+            lines.append(f"{name}: new instance (vLLM {b[name]['engine_version']})")
+        elif name not in b:
+            lines.append(f"{name}: removed")
+        elif a[name].get("plan_hash") != b[name].get("plan_hash"):
+            what = []
+            if a[name]["engine_version"] != b[name]["engine_version"]:
+                what.append(f"vLLM {a[name]['engine_version']} -> {b[name]['engine_version']}")
+            what += flag_diff(a[name].get("args") or [], b[name].get("args") or [])
+            env_a, env_b = a[name].get("env") or {}, b[name].get("env") or {}
+            what += [f"env {k}: {env_a.get(k, '(unset)')} -> {env_b.get(k, '(unset)')}" for k in sorted(set(env_a) | set(env_b))
+                     if env_a.get(k) != env_b.get(k) and k != "VLLM_API_KEY"]
+            lines.append(f"{name}: " + ("; ".join(what) if what else "host fields (image, devices, mounts, addresses)"))
+    return lines or ["no instance changes"]
+
+
+def at_version(deployments: Sequence[Mapping[str, Any]], version: str, deployment: Any = None) -> List[Dict[str, Any]]:
+    """The deployments with engine.version set to `version` - every one, or only the one named `deployment`."""
+    if not re.fullmatch(r"\d+\.\d+\.\d+", str(version)):
+        raise RolloutError(f"upgrade_version must be a vLLM release like 0.32.0, got {version!r}")
+    names = [str(d.get("name")) for d in deployments]
+    if deployment is not None and str(deployment) not in names:
+        raise RolloutError(f"upgrade_deployment {deployment!r} is not a deployment of this host (it has {', '.join(names)})")
+    out = []
+    for d in deployments:
+        d = dict(d)
+        if deployment is None or str(d.get("name")) == str(deployment):
+            d["engine"] = dict(d.get("engine") or {}, version=str(version))
+        out.append(d)
+    return out

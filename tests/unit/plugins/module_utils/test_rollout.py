@@ -1,0 +1,85 @@
+"""The change path's decisions: when an engine is idle (its own metrics), how one server leaves and re-enters
+the gateway's upstream, who else serves a model (never below N-1), and what a new plan changes per instance."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _rollout as r
+
+# vLLM 0.32's /metrics (the lines that matter, as the CPU build prints them)
+METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny-a"} 2.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny-a"} 1.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny-a",reason="capacity"} 7.0
+"""
+CONF = """upstream llm_tiny_a {
+    zone llm_tiny_a 64k;
+    server 172.30.77.11:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine1 tiny-a-0
+    server 172.30.77.12:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine2 tiny-a-0
+    keepalive 16;
+}"""
+
+
+def test_in_flight_sums_running_and_waiting_and_nothing_else():
+    assert r.in_flight(METRICS) == 3
+    assert r.in_flight(METRICS.replace("2.0", "0.0").replace("} 1.0", "} 0.0")) == 0
+    with pytest.raises(r.RolloutError, match="not a vLLM metrics page"):
+        r.in_flight("process_cpu_seconds_total 1.0\n")
+
+
+def test_one_server_goes_down_and_comes_back_byte_for_byte():
+    down = r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-a-0", down=True)
+    assert "172.30.77.12:8002 max_fails=1 fail_timeout=10s down;  # llmfleet-fleet-engine2 tiny-a-0" in down
+    assert "172.30.77.11:8002 max_fails=1 fail_timeout=10s;  #" in down          # the other untouched
+    assert not r.in_rotation(down, "llmfleet-fleet-engine2", "tiny-a-0") and r.in_rotation(down, "llmfleet-fleet-engine1", "tiny-a-0")
+    assert r.rotate(down, "llmfleet-fleet-engine2", "tiny-a-0", down=True) == down   # idempotent
+    assert r.rotate(down, "llmfleet-fleet-engine2", "tiny-a-0", down=False) == CONF
+
+
+def test_a_server_the_gateway_does_not_route_is_named():
+    with pytest.raises(r.RolloutError, match="0 upstream server lines for tiny-b-0 on llmfleet-fleet-engine2"):
+        r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-b-0", down=True)
+
+
+def plan(host, *models):
+    return {"host": host, "deployments": [{"name": m, "engine_version": "0.32.0", "instances": [
+        {"name": f"{m}-0", "served_model_name": m, "plan_hash": "h", "args": ["/m", "--max-num-seqs", "4"], "env": {}}]} for m in models]}
+
+
+def test_peers_are_the_other_instances_of_the_same_served_model():
+    plans = {"e1": plan("e1", "tiny-a"), "e2": plan("e2", "tiny-a", "tiny-b")}
+    assert r.peers(plans, "e1", "tiny-a-0") == ["e2/tiny-a-0"]
+    assert r.peers(plans, "e2", "tiny-b-0") == []
+    with pytest.raises(r.RolloutError, match="not in the plan"):
+        r.peers(plans, "e1", "tiny-b-0")
+
+
+def test_flag_diff_names_changed_added_and_removed_flags():
+    old = ["/m", "--max-num-seqs", "4", "--enforce-eager", "--dtype", "float32"]
+    new = ["/m", "--max-num-seqs", "8", "--dtype", "float32", "--no-such-flag"]
+    assert r.flag_diff(old, new) == ["- --enforce-eager", "--max-num-seqs 4 -> 8", "+ --no-such-flag"]
+    assert r.flag_diff(old, old) == []
+
+
+def test_changes_per_instance_against_the_plan_in_force():
+    old, new = plan("e2", "tiny-a", "tiny-b"), plan("e2", "tiny-a", "tiny-c")
+    new["deployments"][0]["engine_version"] = "0.33.0"
+    new["deployments"][0]["instances"][0].update(plan_hash="h2", args=["/m", "--max-num-seqs", "8"])
+    assert r.changes(old, new) == ["tiny-a-0: vLLM 0.32.0 -> 0.33.0; --max-num-seqs 4 -> 8", "tiny-b-0: removed",
+                                   "tiny-c-0: new instance (vLLM 0.32.0)"]
+    assert r.changes(old, old) == ["no instance changes"]
+
+
+def test_at_version_sets_one_deployment_or_every_one_and_names_a_bad_input():
+    deps = [{"name": "a", "engine": {"version": "0.31.0", "image": "x"}}, {"name": "b", "engine": {"version": "0.31.0"}}]
+    assert [d["engine"]["version"] for d in r.at_version(deps, "0.32.0", "a")] == ["0.32.0", "0.31.0"]
+    assert r.at_version(deps, "0.32.0", "a")[0]["engine"]["image"] == "x" and deps[0]["engine"]["version"] == "0.31.0"
+    assert [d["engine"]["version"] for d in r.at_version(deps, "0.32.0")] == ["0.32.0", "0.32.0"]
+    with pytest.raises(r.RolloutError, match="upgrade_deployment 'c' is not a deployment of this host"):
+        r.at_version(deps, "0.32.0", "c")
+    with pytest.raises(r.RolloutError, match="like 0.32.0"):
+        r.at_version(deps, "latest")

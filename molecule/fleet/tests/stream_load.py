@@ -1,8 +1,8 @@
 """A bounded streaming load through the gateway, for the day-2 tests: WORKERS clients each send streamed chat
-requests one after another until STOP_FILE exists (or MAX requests were sent), then it prints JSON:
+requests one after another (PAUSE seconds apart) until STOP_FILE exists (or MAX requests were sent), then it prints JSON:
 sent, ok, failed (no HTTP 200, or the connection broke), truncated (200 but no `data: [DONE]`), the longest
 gap in which no stream received a token, and the wall time.
-    python stream_load.py BASE_URL KEY MODEL STOP_FILE [--workers 4] [--max 600] [--tokens 160]
+    python stream_load.py BASE_URL KEY MODEL STOP_FILE [--workers 4] [--max 600] [--tokens 160] [--pause 0]
 Runs with a Python that has httpx (the CPU vLLM venv). Raw SSE lines, so the [DONE] end is seen as sent."""
 
 import argparse
@@ -21,6 +21,7 @@ parser.add_argument("stop_file")
 parser.add_argument("--workers", type=int, default=4)
 parser.add_argument("--max", type=int, default=600)
 parser.add_argument("--tokens", type=int, default=160)
+parser.add_argument("--pause", type=float, default=0.0, help="seconds each client waits between two requests")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -65,6 +66,7 @@ def worker():
                 if stats["sent"] >= args.max:
                     return
             one(client)
+            time.sleep(args.pause)
 
 
 threads = [threading.Thread(target=worker) for n in range(args.workers)]

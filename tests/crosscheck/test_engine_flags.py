@@ -103,9 +103,10 @@ def engine(request) -> Engine:
     python = venv / "bin" / "python"
     assert python.exists(), f"{python} is missing: run `make crosscheck` (it makes {variable}'s venv with {maker})"
     version = run(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip().split("+", 1)[0]
-    text = run(python, "-m", "vllm.entrypoints.cli.main", "serve", "--help")
-    if "--help=all" in text:   # 0.1x onwards: plain --help shows the config groups only
-        text = run(python, "-m", "vllm.entrypoints.cli.main", "serve", "--help=all")
+    # 0.1x onwards: plain --help shows the config groups only, --help=all every flag (one import of vLLM, ~20 s here)
+    proc = subprocess.run([str(python), "-m", "vllm.entrypoints.cli.main", "serve", "--help=all"],
+                          capture_output=True, text=True, env=ENV, timeout=300, check=False)
+    text = proc.stdout if proc.returncode == 0 else run(python, "-m", "vllm.entrypoints.cli.main", "serve", "--help")
     flags = parse_help(text)
     assert len(flags) > 150, f"vLLM {version}'s help gave only {len(flags)} flags: the help format changed, fix parse_help"
     print(f"\nvLLM {version} ({venv}): {len(flags)} flags in `vllm serve --help=all`")

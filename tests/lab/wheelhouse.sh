@@ -10,8 +10,10 @@ what=${2:-vllm}
 case $what in
   vllm)
     req=$here/../images/vllm-cpu/requirements.txt
-    inputs=("$req" "$0")
-    label="$(grep -v '^#' "$req" | xargs) (~0.9 GB)" ;;
+    # and the release before it, for the fleet lab's day-2 roll (0.31.0 -> 0.32.0): its own wheels only
+    previous=$here/../images/vllm-cpu/previous.txt
+    inputs=("$req" "$previous" "$0")
+    label="$(grep -hv '^#' "$req" "$previous" | xargs) (~1 GB)" ;;
   webui)
     version=$(sed -n 's/^webui_version: *"\?\([0-9.]*\)"\?.*/\1/p' "$here/../../roles/webui/defaults/main.yml")
     [ -n "$version" ] || { echo "[wheelhouse] ERROR: no webui_version in roles/webui/defaults/main.yml" >&2; exit 1; }
@@ -34,6 +36,7 @@ download() {
 }
 if [ "$what" = vllm ]; then
   download -r "$req"
+  download -r "$previous"
 else
   download --no-deps "open-webui==$version"
   slim=$(mktemp)

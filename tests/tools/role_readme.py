@@ -43,6 +43,11 @@ def kind_of(option: dict) -> str:
     return kind
 
 
+def shares_main(spec: dict, entry: str) -> bool:
+    """An entry point that takes exactly main's variables (a YAML alias in the spec): documented once, under main."""
+    return entry != "main" and bool(spec[entry].get("options")) and spec[entry].get("options") == spec.get("main", {}).get("options")
+
+
 def render(role: pathlib.Path) -> str:
     spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     lines = [MARK, "", f"# Role `llmfleet.serving.{role.name}`", ""]
@@ -52,6 +57,9 @@ def render(role: pathlib.Path) -> str:
         lines += [_text(body.get("short_description")), ""]
         for paragraph in body.get("description", []) or []:
             lines.append(f"- {_text(paragraph)}")
+        if shares_main(spec, entry):
+            lines += ["", "Takes the same variables as the main entry point.", ""]
+            continue
         lines += ["", "| Variable | Type | Default | Description |", "|---|---|---|---|"]
         for name, option in sorted((body.get("options") or {}).items()):
             lines.append(f"| `{name}` | {kind_of(option)} | {_default(option)} | {_text(option.get('description'))} |")

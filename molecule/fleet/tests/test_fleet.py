@@ -24,7 +24,6 @@ GATEWAY = "http://172.30.77.10"
 ADDRESS = {"llmfleet-fleet-engine1": "172.30.77.11", "llmfleet-fleet-engine2": "172.30.77.12", "llmfleet-fleet-gateway": "172.30.77.10"}
 LOAD_KEY = "lab-load-key-0123456789abcdef"
 BURST_KEY = "lab-burst-key-0123456789abcdef"
-ENGINE_PYTHON = "/opt/llmfleet/vllm/0.32.0/bin/python"
 ACCESS_LOG = "/var/log/nginx/llmfleet-gateway.access.log"
 
 
@@ -75,9 +74,15 @@ def probe_controller(model):
     return json.loads(out.stdout)
 
 
+def engine_python(hostname):
+    """The Python of the engine venv the host's plan runs (its first deployment's vLLM version)."""
+    plan = json.loads((EPHEMERAL / "plans" / f"{hostname}.json").read_text())
+    return f"/opt/llmfleet/vllm/{plan['deployments'][0]['engine_version']}/bin/python"
+
+
 def probe_direct(hostname, port, model):
     code = (HERE / "chat_probe.py").read_text()
-    cmd = f"{ENGINE_PYTHON} -c {shlex.quote(code)} http://127.0.0.1:{port}/v1 {shlex.quote(engine_key())} {model}"
+    cmd = f"{engine_python(hostname)} -c {shlex.quote(code)} http://127.0.0.1:{port}/v1 {shlex.quote(engine_key())} {model}"
     return json.loads(host(hostname).check_output(cmd))
 
 
@@ -94,6 +99,48 @@ def test_vllm_listens_on_loopback_and_the_edge_on_the_private_address():
         assert f"127.0.0.1:{port} " in ss
         assert f"0.0.0.0:{port} " not in ss and f"*:{port} " not in ss
         assert f"{ADDRESS[hostname]}:{port} " in ss, f"{hostname}: no edge on {ADDRESS[hostname]}:{port}"
+
+
+def test_each_unit_runs_its_plan_as_the_engine_user_with_the_key_only_in_its_protected_file():
+    """The vllm role's systemd runtime, per instance: the plan's exact arguments from the version's venv, as the
+    engine's own user; the key only in a 0640 root:llmfleet-vllm environment file; a persistent compile cache."""
+    key = engine_key()
+    for hostname, inst in instances():
+        h, name = host(hostname), inst["name"]
+        pid = int(h.check_output(f"systemctl show -p MainPID --value llmfleet-vllm-{name}"))
+        argv = [a.decode() for a in h.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:-1]]
+        assert argv[:4] == [engine_python(hostname), "-m", "vllm.entrypoints.cli.main", "serve"], argv[:4]
+        assert argv[4:] == inst["args"], (hostname, name)
+        assert h.check_output(f"ps -o user= -p {pid}") == "llmfleet-vllm"
+        env = h.file(f"/etc/llmfleet/vllm/{name}.env")
+        assert env.mode == 0o640 and env.user == "root" and env.group == "llmfleet-vllm"
+        assert f'VLLM_API_KEY="{key}"' in env.content_string
+        assert f'VLLM_CACHE_ROOT="/var/lib/llmfleet/vllm/{name}/vllm"' in env.content_string
+        cache = h.file(f"/var/lib/llmfleet/vllm/{name}")
+        assert cache.is_directory and cache.user == "llmfleet-vllm"
+        unit = h.file(f"/etc/systemd/system/llmfleet-vllm-{name}.service").content_string
+        assert key not in unit and f"EnvironmentFile=/etc/llmfleet/vllm/{name}.env" in unit
+        assert "Restart=on-failure" in unit and "TimeoutStopSec=" in unit
+        assert "CPUAffinity=" + inst["cpuset"].replace(",", " ") in unit
+        # on loopback the engine itself checks the key too
+        body = {"model": inst["served_model_name"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        url = f"http://127.0.0.1:{inst['port']}/v1/chat/completions"
+        assert curl_in(hostname, url, body=body) == 401
+        assert curl_in(hostname, url, key="wrong-" + key, body=body) == 401
+        assert curl_in(hostname, url, key=key, body=body) == 200
+
+
+def test_startup_to_ready_per_instance_from_the_journal():
+    for hostname, inst in instances():
+        unit = f"llmfleet-vllm-{inst['name']}"
+        h = host(hostname)
+        started = int(h.check_output(f"systemctl show -p ExecMainStartTimestampMonotonic --value {unit}"))
+        lines = h.check_output(f"journalctl -u {unit} -o json --output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP").splitlines()
+        ready = [json.loads(line) for line in lines if "Application startup complete" in line]
+        assert ready, f"{hostname}: {unit} never logged 'Application startup complete'"
+        seconds = (int(ready[-1]["__MONOTONIC_TIMESTAMP"]) - started) / 1e6
+        print(f"[fleet] {hostname} {inst['name']}: ready {seconds:.1f} s after its start (budget {inst['startup_budget_s']} s)")
+        assert 0 < seconds < inst["startup_budget_s"]
 
 
 def test_streamed_and_whole_chat_through_the_gateway_match_the_instance():
@@ -260,7 +307,7 @@ def test_gateway_overhead_benchmark_runs_and_prints_its_figures():
     hostname = "llmfleet-fleet-engine2"
     inst = next(i for h, i in instances() if h == hostname and i["served_model_name"] == "tiny-b")
     code = (HERE.parents[2] / "tests" / "benchmarks" / "gateway_overhead.py").read_text()
-    cmd = (f"{ENGINE_PYTHON} -c {shlex.quote(code)} --gateway {GATEWAY}/v1 --gateway-key {LOAD_KEY} "
+    cmd = (f"{engine_python(hostname)} -c {shlex.quote(code)} --gateway {GATEWAY}/v1 --gateway-key {LOAD_KEY} "
            f"--direct http://127.0.0.1:{inst['port']}/v1 --direct-key {shlex.quote(engine_key())} --model tiny-b -n 20 --max-tokens 32")
     out = host(hostname).check_output(cmd)
     print(out)
@@ -380,7 +427,7 @@ def test_bench_writes_the_report_the_charts_and_the_baseline():
         assert m["completed"] == r["num_prompts"] and m["failed"] == 0, r
         assert min(m["output_throughput"], m["request_throughput"], m["median_ttft_ms"], m["median_tpot_ms"], m["p99_e2el_ms"]) > 0, r
     plan = run["deployments"]["tiny-b"]["plan"]
-    assert plan[0]["host"] == "llmfleet-fleet-engine2" and plan[0]["engine_version"] == "0.32.0" and "--max-num-seqs" in plan[0]["args"]
+    assert plan[0]["host"] == "llmfleet-fleet-engine2" and plan[0]["engine_version"] == "0.31.0" and "--max-num-seqs" in plan[0]["args"]
     assert (out / "tiny-b.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((BENCH_DIR / "baselines" / "tiny-b.json").read_text())["run"] == "lab-1"
     assert "step 4/4: tiny-b · llmfleet-fleet-engine2/tiny-b-0 · concurrency 4" in result.stdout, "progress: each step numbered"
@@ -408,7 +455,9 @@ def test_the_baseline_gate_fails_a_run_made_slower_on_purpose():
     must say so."""
     subprocess.run(["docker", "update", "--cpus", "0.25", "llmfleet-fleet-engine2"], check=True, capture_output=True)
     try:
+        # 4 requests, not 16: at a quarter of a CPU each one is slow, and one step is all the gate needs
         result = run_bench("lab-3", "-e", "bench_concurrency=4", "-e", '{"bench_targets": ["instance"]}',
+                           "-e", "bench_prompts_per_step=1", "-e", "bench_min_prompts=4", "-e", "bench_warmups=0",
                            "-e", "bench_gate=true", "-e", "bench_tolerance=0.3")
     finally:
         # `--cpus 0` leaves the quota in place (cgroup v1 here): give the container every CPU of this machine again

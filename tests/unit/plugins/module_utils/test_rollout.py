@@ -83,3 +83,43 @@ def test_at_version_sets_one_deployment_or_every_one_and_names_a_bad_input():
         r.at_version(deps, "0.32.0", "c")
     with pytest.raises(r.RolloutError, match="like 0.32.0"):
         r.at_version(deps, "latest")
+
+
+def test_prune_keeps_what_runs_and_the_most_recent_others_and_nothing_half_built():
+    root = "/opt/llmfleet/vllm/"
+    installed = [{"path": root + v, "mtime": t} for v, t in
+                 (("0.29.0", 100), ("0.30.0", 200), ("0.31.0", 300), ("0.32.0", 50), ("0.32.0.new-0123456789abcdef", 400))]
+    in_use = [root + "0.32.0"]
+    assert r.prune(installed, in_use, -1) == []                      # the default: old versions go only when asked
+    assert r.prune(installed, in_use, 0) == [root + "0.31.0", root + "0.30.0", root + "0.29.0"]
+    assert r.prune(installed, in_use, 1) == [root + "0.30.0", root + "0.29.0"]   # 0.31.0 stays for a rollback
+    assert r.prune(installed, in_use, 5) == []
+    # the version in use is the oldest folder on disk: still never a candidate
+    assert r.prune(installed, [root + "0.32.0", root + "0.29.0"], 0) == [root + "0.31.0", root + "0.30.0"]
+
+
+def test_image_candidates_are_other_tags_of_the_planned_repositories_that_no_container_uses():
+    images = [{"Id": "sha256:a", "RepoTags": ["vllm/vllm-openai:v0.11.0"], "Created": 30},
+              {"Id": "sha256:b", "RepoTags": ["vllm/vllm-openai:v0.10.2"], "Created": 20},
+              {"Id": "sha256:c", "RepoTags": ["vllm/vllm-openai:v0.9.2"], "Created": 10},
+              {"Id": "sha256:d", "RepoTags": ["registry:5000/vllm/vllm-openai:v0.9.0"], "Created": 5},
+              {"Id": "sha256:e", "RepoTags": ["nginx:1.27"], "Created": 40},
+              {"Id": "sha256:f", "RepoTags": ["<none>:<none>"], "Created": 1}]
+    planned = ["vllm/vllm-openai:v0.11.0"]
+    found = r.image_candidates(images, planned, ["sha256:c"])      # a stopped container still uses v0.9.2 by id
+    assert found == [{"path": "vllm/vllm-openai:v0.11.0", "mtime": 30.0}, {"path": "vllm/vllm-openai:v0.10.2", "mtime": 20.0}]
+    assert r.prune(found, planned, 0) == ["vllm/vllm-openai:v0.10.2"]
+    # a registry with a port is a repository of its own, not a tag
+    assert r.image_candidates(images, ["registry:5000/vllm/vllm-openai:v0.11.0"], []) == [
+        {"path": "registry:5000/vllm/vllm-openai:v0.9.0", "mtime": 5.0}]
+
+
+def test_live_peers_count_what_serves_not_what_is_planned():
+    peers = ["llmfleet-fleet-engine2/tiny-a-0", "llmfleet-fleet-engine3/tiny-a-0"]
+    # engine3 is planned but no gateway routes it yet: it counts (a first deploy); engine2 is in rotation
+    assert r.live_peers(peers, [CONF]) == peers
+    down = r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-a-0", True)
+    assert r.live_peers(peers, [down]) == ["llmfleet-fleet-engine3/tiny-a-0"]
+    # down on one gateway of two is not serving for that gateway's clients
+    assert r.live_peers(peers[:1], [CONF, down]) == []
+    assert r.live_peers(peers[:1], []) == peers[:1]

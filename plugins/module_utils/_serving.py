@@ -245,6 +245,9 @@ _CAUSES: List[Tuple[str, str]] = [
      "against the engine version)"),
     (r"Insufficient space in /dev/shm",
      "/dev/shm is too small for the engine's shared memory: raise vllm_docker_shm_size (docker runtime) or the host's /dev/shm"),
+    (r"InvalidCxxCompiler|No working C\+\+ compiler found",
+     "no C++ compiler on the host: the CPU build before 0.32 compiles kernels with torch inductor at the first request "
+     "(the plan's os_packages lists g++ for those versions)"),
     (r"libnuma\.so\.1: cannot open shared object file",
      "libnuma is missing (the CPU build needs the libnuma1 package)"),
     (r"Address already in use|address already in use",

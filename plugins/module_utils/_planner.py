@@ -1174,8 +1174,8 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
     if cpuset:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpuset
     if package and "g++" in os_packages(package, version):
-        ctx.why("os_packages=+g++", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first request and "
-                "fails it without a C++ compiler (seen with 0.31.0; 0.32.0 needs none)")
+        ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
+                "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")
     instance = {
         "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
         "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,

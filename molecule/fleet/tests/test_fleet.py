@@ -427,7 +427,8 @@ def test_bench_writes_the_report_the_charts_and_the_baseline():
         assert m["completed"] == r["num_prompts"] and m["failed"] == 0, r
         assert min(m["output_throughput"], m["request_throughput"], m["median_ttft_ms"], m["median_tpot_ms"], m["p99_e2el_ms"]) > 0, r
     plan = run["deployments"]["tiny-b"]["plan"]
-    assert plan[0]["host"] == "llmfleet-fleet-engine2" and plan[0]["engine_version"] == "0.31.0" and "--max-num-seqs" in plan[0]["args"]
+    version = os.environ.get("LLMFLEET_FLEET_ENGINE_VERSION", "0.32.0")
+    assert plan[0]["host"] == "llmfleet-fleet-engine2" and plan[0]["engine_version"] == version and "--max-num-seqs" in plan[0]["args"]
     assert (out / "tiny-b.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((BENCH_DIR / "baselines" / "tiny-b.json").read_text())["run"] == "lab-1"
     assert "step 4/4: tiny-b · llmfleet-fleet-engine2/tiny-b-0 · concurrency 4" in result.stdout, "progress: each step numbered"

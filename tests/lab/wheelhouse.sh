@@ -21,7 +21,8 @@ case $what in
     label="open-webui==$version and its requirements-slim.txt (~0.25 GB)" ;;
   *) echo "[wheelhouse] ERROR: unknown set '$what' (vllm or webui)" >&2; exit 2 ;;
 esac
-stamp=$dir/.llmfleet-$(sha256sum "${inputs[@]}" | sha256sum | cut -c1-12)
+# the inputs' contents only: the same set however the script is called (build.sh and the Makefile use other paths)
+stamp=$dir/.llmfleet-$(cat "${inputs[@]}" | sha256sum | cut -c1-12)
 [ -f "$stamp" ] && exit 0
 t0=$SECONDS
 mkdir -p "$dir"

@@ -76,8 +76,21 @@ def nvidia_runtime_config(path="nvidia-container-runtime", default=False):
     return core.nvidia_runtime(path, bool(default))
 
 
-def dcu_missing(present):
-    return _wrap("dcu_missing", core.dcu_missing, present)
+def host_prepare_needs(plan, runtime="auto", hyhal_dir=""):
+    """What prepare.yml and the vendor roles provide for a host's plan: Docker or not (and why), device nodes,
+    mounts, Hygon's folder."""
+    return _wrap("host_prepare_needs", core.plan_host_needs, plan if isinstance(plan, dict) else None,
+                 str(runtime or "auto"), str(hyhal_dir or ""))
+
+
+def dcu_checks(needs):
+    return _wrap("dcu_checks", core.dcu_checks, needs or {})
+
+
+def dcu_missing(checks, stat_results, render_nodes=False, provided=None):
+    """Missing DCU pieces from a looped stat task's results (each item one of `checks`)."""
+    found = {r["item"]["path"]: r.get("stat") or {} for r in stat_results or []}
+    return _wrap("dcu_missing", core.dcu_missing, checks, found, bool(render_nodes), provided or [])
 
 
 def accelerator_vendors(hardware):
@@ -98,6 +111,8 @@ class FilterModule:
             "cuda_repo_path": cuda_repo_path,
             "apt_codename": apt_codename,
             "nvidia_runtime_config": nvidia_runtime_config,
+            "host_prepare_needs": host_prepare_needs,
+            "dcu_checks": dcu_checks,
             "dcu_missing": dcu_missing,
             "accelerator_vendors": accelerator_vendors,
         }

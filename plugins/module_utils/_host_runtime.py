@@ -11,6 +11,9 @@ import copy
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from ._host_needs import HYGON_DEVICES, HYHAL_DIR
+from ._serving import ServingError, choose_runtime
+
 # Distributions the roles install on (apt-based; the package names and repository layouts below
 # exist for these). Everything else fails before any change, saying so.
 SUPPORTED_OS: Dict[str, Tuple[str, ...]] = {
@@ -274,29 +277,108 @@ def cuda_repo_path(distribution: str, version: str) -> str:
     return "debian" + str(version).split(".", maxsplit=1)[0]
 
 
-# Hygon DCU pieces, in the order a missing one should be reported, with what provides each.
+# Hygon DCU pieces, in the order a missing one should be reported, with what provides each. `{path}` is where the
+# piece is looked for: hy-smi under the hyhal folder the plan mounts into the engines (llmfleet_hyhal_dir), the
+# device nodes the plan gives them.
 DCU_PIECES: Tuple[Tuple[str, str, str], ...] = (
-    ("hyhal", "/opt/hyhal/bin/hy-smi",
+    ("hyhal", "{hyhal}/bin/hy-smi",
      "the DCU driver and management layer (hyhal): install the driver package for your card from Hygon's developer "
-     "site (or set dcu_runtime_hyhal_archive_url to a local tarball), then check `/opt/hyhal/bin/hy-smi`"),
+     "site (or set dcu_runtime_hyhal_archive_url to a local tarball), then check `{path}`"),
     ("dtk", "/opt/dtk/env.sh",
      "the DCU Toolkit (DTK): unpack the DTK tarball to /opt (set dcu_runtime_dtk_archive_url to a local copy) so that "
      "/opt/dtk/env.sh exists"),
-    ("kfd", "/dev/kfd", "the kernel driver's compute node /dev/kfd: load the hycu/hydcu kernel module (modprobe) or "
+    ("/dev/kfd", "/dev/kfd", "the kernel driver's compute node /dev/kfd: load the hycu/hydcu kernel module (modprobe) or "
      "reinstall the driver, and reboot"),
-    ("dri", "/dev/dri/renderD*", "render nodes under /dev/dri: the kernel driver is not loaded; reinstall the driver "
+    ("/dev/dri", "/dev/dri/renderD*", "render nodes under /dev/dri: the kernel driver is not loaded; reinstall the driver "
      "and reboot"),
-    ("mkfd", "/dev/mkfd", "/dev/mkfd, which DCU containers need (field report 003): it comes with the DCU driver "
+    ("/dev/mkfd", "/dev/mkfd", "/dev/mkfd, which DCU containers need (field report 003): it comes with the DCU driver "
      "package; reinstall the driver for this kernel and reboot"),
 )
+DCU_DEVICE_HOW = "a device node the plan gives the engine containers: it comes with the DCU driver; reinstall it and reboot"
 
 
-def dcu_missing(present: Mapping[str, bool]) -> List[str]:
-    """Sentences for every missing DCU piece (`present` maps piece name to found)."""
-    unknown = set(present) - {piece[0] for piece in DCU_PIECES}
-    if unknown:
-        raise HostRuntimeError(f"unknown DCU pieces {sorted(unknown)}")
-    return [f"{path} is missing - {how}" for name, path, how in DCU_PIECES if not present.get(name, False)]
+def plan_host_needs(plan: Optional[Mapping[str, Any]], runtime: str = "auto", hyhal_dir: str = "") -> Dict[str, Any]:
+    """What host preparation must provide for a host's plan, read from the fields the planner decided (image,
+    package, vendor, access): `containers` and `venvs` (instance names by runtime, as the vllm role will run them
+    with vllm_runtime=`runtime`), `docker` (whether the Docker engine is needed: some instance runs in a container,
+    or there is no planned instance yet, when containers stay the default of GPU hosts), `devices` and `mounts`
+    (the host device nodes and folders the containers are given), `hyhal_dir` (Hygon's folder: the one the plan
+    mounts, else `hyhal_dir`, else the planner's default) and `why`, one sentence for the play's output."""
+    containers: List[str] = []
+    venvs: List[str] = []
+    devices: List[str] = []
+    mounts: List[str] = []
+    hyhal = ""
+    for deployment in (plan or {}).get("deployments", []) or []:
+        for instance in deployment.get("instances", []) or []:
+            try:
+                kind = choose_runtime(instance, runtime)
+            except (ServingError, KeyError) as exc:
+                raise HostRuntimeError(f"the plan's instance {instance.get('name')!r}: {exc}") from exc
+            (containers if kind == "docker" else venvs).append(str(instance["name"]))
+            if kind != "docker":
+                continue
+            access = instance.get("access") or {}
+            for spec in access.get("devices", []):
+                node = str(spec).split(":", 1)[0]
+                if node not in devices:
+                    devices.append(node)
+            for mount in access.get("mounts", []):
+                source = str(mount.get("source", "")) if isinstance(mount, Mapping) else str(mount).split(":", 1)[0]
+                if source and source not in mounts:
+                    mounts.append(source)
+                # the only folder the planner mounts into a Hygon engine is hyhal (_host_needs.device_access)
+                if instance.get("vendor") == "hygon" and source and not hyhal:
+                    hyhal = source
+    hyhal = hyhal or str(hyhal_dir or "") or HYHAL_DIR
+    if containers:
+        why = f"the plan runs {', '.join(containers)} in containers"
+    elif venvs:
+        why = f"the plan runs every instance from a venv ({', '.join(venvs)}): no container needs it"
+    else:
+        why = "no planned instance yet: containers are the default runtime of accelerator hosts"
+    return {"containers": containers, "venvs": venvs, "docker": bool(containers) or not venvs, "devices": devices,
+            "mounts": mounts, "hyhal_dir": hyhal, "why": why}
+
+
+def dcu_checks(needs: Mapping[str, Any]) -> List[Dict[str, str]]:
+    """The DCU pieces to look for on a host, in report order: {name, path, kind (file, chr or render), how}. The
+    device nodes are the plan's (`needs` from plan_host_needs), or Hygon's defaults when the plan gives none."""
+    hyhal = str(needs.get("hyhal_dir") or HYHAL_DIR).rstrip("/")
+    devices = list(needs.get("devices") or HYGON_DEVICES)
+    out: List[Dict[str, str]] = []
+    for name, path, how in DCU_PIECES:
+        if name.startswith("/dev/") and name not in devices:
+            continue
+        path = path.format(hyhal=hyhal)
+        kind = "render" if name == "/dev/dri" else ("chr" if name.startswith("/dev/") else "file")
+        out.append({"name": name, "path": path, "kind": kind, "how": how.format(path=path)})
+    known = {c["name"] for c in out}
+    out += [{"name": d, "path": d, "kind": "chr", "how": DCU_DEVICE_HOW} for d in devices if d not in known]
+    return out
+
+
+def dcu_missing(checks: Iterable[Mapping[str, str]], found: Mapping[str, Mapping[str, Any]], render_nodes: bool = False,
+                provided: Iterable[str] = ()) -> List[str]:
+    """Sentences for every missing DCU piece, in report order. `checks` from dcu_checks; `found` maps a check's
+    path to what stat saw there ({exists, ischr}); `render_nodes` whether /dev/dri has renderD* nodes; `provided`
+    names the pieces an archive of the inventory's installs (hyhal, dtk). A file counts when it exists, a device
+    node only as a character device."""
+    missing = []
+    provided = set(provided)
+    for check in checks:
+        seen = found.get(check["path"]) or {}
+        if check["kind"] == "render":
+            ok = bool(render_nodes)
+        elif check["kind"] == "chr":
+            ok = bool(seen.get("ischr"))
+        elif check["kind"] == "file":
+            ok = bool(seen.get("exists")) or check["name"] in provided
+        else:
+            raise HostRuntimeError(f"unknown kind of DCU check {check['kind']!r} for {check['path']}")
+        if not ok:
+            missing.append(f"{check['path']} is missing - {check['how']}")
+    return missing
 
 
 def vendors_of(hardware: Optional[Mapping[str, Any]]) -> List[str]:

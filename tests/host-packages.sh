@@ -4,9 +4,20 @@
 # Services the packages bring are not started (policy-rc.d): the harness starts what it needs itself.
 set -euo pipefail
 missing=()
-for pkg in "$@"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-done
+find_missing() {
+  missing=()
+  local pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+}
+find_missing "$@"
+[ "${#missing[@]}" -eq 0 ] && exit 0
+# one apt run at a time (make test's background prefetch installs some of them while the stages run)
+# shellcheck source=tests/lab/lock.sh
+. "$(dirname "$0")/lab/lock.sh"
+lab_lock /var/tmp/llmfleet-apt "[packages]"
+find_missing "$@"
 [ "${#missing[@]}" -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "[packages] ERROR: need root to install ${missing[*]} (run: sudo apt-get install -y ${missing[*]})" >&2

@@ -69,9 +69,13 @@ def plan_of(name: str, **options):
 def stand_in_script(tool: str, outputs: Dict[str, str], failures: Optional[Dict[str, tuple]] = None) -> str:
     """A POSIX shell script standing in for a vendor tool (nvidia-smi, hy-smi): for the exact argument
     string it cats outputs[args] (a path where the captured real output lies at run time), or exits
-    like the real tool with failures[args] = (exit code, message); anything else exits 64."""
+    like the real tool with failures[args] = (exit code, message); anything else exits 64. A relative path is
+    read from beside the script (a tool unpacked wherever the host keeps it, as hyhal is)."""
     import shlex
-    cases = [f"  {shlex.quote(args)}) cat {shlex.quote(path)} ;;" for args, path in outputs.items()]
+
+    def where(path: str) -> str:
+        return shlex.quote(path) if path.startswith("/") else '"$(dirname "$0")"/' + shlex.quote(path)
+    cases = [f"  {shlex.quote(args)}) cat {where(path)} ;;" for args, path in outputs.items()]
     cases += [f"  {shlex.quote(args)}) echo {shlex.quote(message)}; exit {code} ;;" for args, (code, message) in (failures or {}).items()]
     return (f"#!/bin/sh\n# Stand-in for the vendor tool {tool} (llmfleet.serving tests): prints captured real output.\n"
             "case \"$*\" in\n" + "\n".join(cases) + "\n  *) echo \"stand-in $0: unexpected arguments: $*\" >&2; exit 64 ;;\nesac\n")

@@ -37,7 +37,7 @@ ensure_docker() {
   else
     # No init system on this host (CI sandboxes): run the daemon in the background.
     say "starting dockerd in the background (log: $dockerd_log)"
-    nohup dockerd >"$dockerd_log" 2>&1 &
+    nohup dockerd >"$dockerd_log" 2>&1 9>&- &
     echo $! >"$dockerd_pidfile"
   fi
   local i
@@ -99,7 +99,7 @@ serve_wheelhouse() {
   ip=$(ip -4 -o addr show docker0 | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
   [ -n "$ip" ] || die "no docker0 address to serve the wheel folder on"
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
-  python3 -m http.server --bind "$ip" --directory "$wheelhouse" "$port" >/dev/null 2>&1 &
+  python3 -m http.server --bind "$ip" --directory "$wheelhouse" "$port" >/dev/null 2>&1 9>&- &
   wheel_server=$!
   wheel_url="http://$ip:$port/"
   for _ in $(seq 1 50); do curl -fsS -o /dev/null "$wheel_url" && return 0; sleep 0.1; done
@@ -152,6 +152,9 @@ build() {
   built_hash[$name]=$hash
 }
 
+# shellcheck source=tests/lab/lock.sh
+. "$here/../lab/lock.sh"
+lab_lock "$work" "[images]"
 ensure_docker
 if [ "$#" -eq 0 ]; then
   for d in "$here"/*/; do

@@ -6,7 +6,7 @@
 # .cache/ (venvs, wheel folder, and - through XDG_CACHE_HOME - pip's, Hugging Face's, vLLM's and
 # ansible-compat's caches of `make` runs), .venv/, build/, plans/, ansible-lint's project cache
 # (.ansible/), hypothesis' and pytest's caches, torch.compile's /tmp cache, the image work folder, the
-# lab's model folder, ansible-test's offline get-pip and the collection copy ansible-lint installs.
+# lab's model folder, the lab's lock files (tests/lab/lock.sh), ansible-test's offline get-pip and the collection copy ansible-lint installs.
 # Debian packages stay installed (apt-get purge docker.io debootstrap shellcheck for those).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,7 +41,8 @@ fi
 
 for path in "$root/.cache" "$root/.venv" "$root/build" "$root/plans" "$root/tests/output" "$root/.ansible" \
             "$root/.hypothesis" "$root/.pytest_cache" "${TMPDIR:-/tmp}/torchinductor_$(id -un)" \
-            "${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}" /var/tmp/llmfleet-lab /var/tmp/llmfleet-demo "$root/inventories/local/.secrets" "${TMPDIR:-/tmp}/llmfleet-sanity" \
+            "${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}" "${LLMFLEET_IMAGE_WORKDIR:-/var/tmp/llmfleet-images}.lock" \
+            /var/tmp/llmfleet-apt.lock /var/tmp/llmfleet-lab /var/tmp/llmfleet-demo "$root/inventories/local/.secrets" "${TMPDIR:-/tmp}/llmfleet-sanity" \
             "$HOME/.ansible/collections/ansible_collections/llmfleet"; do
   if [ -e "$path" ]; then say "removing $path"; rm -rf "$path"; fi
 done

@@ -242,7 +242,7 @@ def dcu_tarballs(out: pathlib.Path) -> None:
         paths = {}
         for i, (args, fixture) in enumerate(outputs.items()):
             add_tar(tar, f"hyhal/share/standin/{i}.txt", captured(fixture), 0o644)
-            paths[args] = f"/opt/hyhal/share/standin/{i}.txt"
+            paths[args] = f"../share/standin/{i}.txt"   # beside bin/hy-smi, wherever hyhal is unpacked
         add_tar(tar, "hyhal/bin/hy-smi", stand_in_script("hy-smi", paths), 0o755)
         add_tar(tar, "hyhal/STANDIN", NOTE + "\n", 0o644)
     with tarfile.open(out / f"dtk-{DTK_VERSION}-standin.tar.gz", "w:gz") as tar:

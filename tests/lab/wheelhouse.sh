@@ -24,6 +24,10 @@ esac
 # the inputs' contents only: the same set however the script is called (build.sh and the Makefile use other paths)
 stamp=$dir/.llmfleet-$(cat "${inputs[@]}" | sha256sum | cut -c1-12)
 [ -f "$stamp" ] && exit 0
+# shellcheck source=tests/lab/lock.sh
+. "$here/lock.sh"
+lab_lock "$dir" "[wheelhouse]"
+[ -f "$stamp" ] && exit 0   # made by the run we waited for
 t0=$SECONDS
 mkdir -p "$dir"
 echo "[wheelhouse] downloading the wheels of $label into $dir"

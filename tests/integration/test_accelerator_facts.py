@@ -141,6 +141,24 @@ def test_hygon_k100ai(bin_dir):
     assert facts["source"] == "hy-smi"
 
 
+def test_hy_smi_found_in_the_planned_hyhal_folder_off_path(tmp_path):
+    """dcu_runtime passes the folder the plan mounts (llmfleet_hyhal_dir/bin) as search_paths: hy-smi is found there
+    although it is not on PATH; without it, the same host reads as CPU-only."""
+    hyhal_bin = tmp_path / "usr-local-hyhal" / "bin"
+    hyhal_bin.mkdir(parents=True)
+    stand_in(hyhal_bin, "hy-smi", {
+        "--showproductname": fixture("hy-smi-a-cardseries-excerpt-k100ai-8x.txt"),
+        "--showmeminfo vram": fixture("hy-smi-showmemavailable-k100ai-8x.txt"),
+        "--showtopo": fixture("hy-smi-showtopo-8x-hcu-pcie.txt"),
+    })
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    found = gather(empty, "-a", json.dumps({"vendors": ["hygon"], "search_paths": [str(hyhal_bin)]}))
+    assert found["ansible_facts"]["llmfleet_hardware"]["source"] == "hy-smi"
+    assert len(found["ansible_facts"]["llmfleet_hardware"]["accelerators"]) == 8
+    assert gather(empty, "-a", json.dumps({"vendors": ["hygon"]}))["ansible_facts"]["llmfleet_hardware"]["accelerators"] == []
+
+
 def test_tool_and_sysfs_disagree_on_numa(bin_dir):
     """hy-smi places cards 4-7 on NUMA node 1, which this (single-node) machine does not have."""
     stand_in(bin_dir, "hy-smi", {

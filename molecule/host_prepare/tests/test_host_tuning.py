@@ -4,14 +4,13 @@ host's kernel), and that prepare.yml left Docker off this host: its plan runs th
 import json
 
 testinfra_hosts = ["ansible://llmfleet-cpu-host"]
+SYSCTL_FILE = "/etc/sysctl.d/60-llmfleet.conf"
 
 
 def test_no_docker_engine_where_the_plan_runs_every_instance_from_a_venv(host):
     assert not host.package("docker.io").is_installed
     assert not host.exists("dockerd")
     assert not host.file("/etc/docker/daemon.json").exists
-
-SYSCTL_FILE = "/etc/sysctl.d/60-llmfleet.conf"
 
 
 def test_settings_persisted_for_boot(host):

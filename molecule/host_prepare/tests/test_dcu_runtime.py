@@ -1,5 +1,5 @@
 """Verify dcu_runtime (through playbooks/plan.yml and prepare.yml) on a host declared as field report 003's
-K100_AI server, its hyhal folder moved to /usr/local/hyhal (llmfleet_hyhal_dir). hyhal and DTK come from STAND-IN
+K100_AI server, its hyhal folder moved to /usr/local/hyhal-2.4 (llmfleet_hyhal_dir). hyhal and DTK come from STAND-IN
 tarballs, the device nodes are stand-ins made with mknod (see molecule.yml); unpacking, links, users, groups and
 Docker are real."""
 
@@ -8,7 +8,7 @@ import os
 import pathlib
 
 testinfra_hosts = ["ansible://llmfleet-dcu-host"]
-HYHAL = "/usr/local/hyhal"
+HYHAL = "/usr/local/hyhal-2.4"
 
 
 def test_hyhal_unpacked_where_the_plan_mounts_it_and_hy_smi_lists_the_dcus(host):

@@ -253,7 +253,7 @@ def test_docker_is_needed_where_the_plan_runs_containers_and_not_for_venvs():
     assert cpu["docker"] is False and cpu["venvs"] and not cpu["containers"]
     assert "from a venv" in cpu["why"] and "no container needs it" in cpu["why"]
     # nothing planned yet: as before plans existed, an accelerator host gets the engine
-    assert hr.plan_host_needs(None)["docker"] is True and "no planned instance" in hr.plan_host_needs(None)["why"]
+    assert hr.plan_host_needs(None)["docker"] is True and "no plan for this host yet" in hr.plan_host_needs(None)["why"]
     # vllm_runtime forced to systemd on a GPU plan that names only an image: said before anything changes
     with pytest.raises(hr.HostRuntimeError, match="has none"):
         hr.plan_host_needs(plan_of("h100"), "systemd")

@@ -71,10 +71,11 @@ lab-wheels:
 # background (log: .cache/prefetch.log) while lint, sanity, units and integration compute, so that on a fresh
 # machine the downloads overlap with them; a piece that fails here is made again, with its error, by its stage.
 prefetch-all: venv
-	-@bash tests/host-packages.sh $(EARLY_PACKAGES)
+	@# package installs in their own session: stopping the prefetch never cuts dpkg off mid-install
+	-@setsid -w bash tests/host-packages.sh $(EARLY_PACKAGES)
 	-@$(MAKE) --no-print-directory lab-venvs
 	-@$(MAKE) --no-print-directory lab-wheels
-	-@bash tests/host-packages.sh $(LAB_PACKAGES) docker.io debootstrap
+	-@setsid -w bash tests/host-packages.sh $(LAB_PACKAGES) docker.io debootstrap
 	-@$(MAKE) --no-print-directory images
 
 prefetch:

@@ -11,12 +11,14 @@ pidfile=$root/.cache/prefetch.pid
 rcfile=$root/.cache/prefetch.rc   # written when it ends: its exit status
 say() { printf '[prefetch] %s\n' "$*"; }
 
-# still at work: not ended (no rc file) and its process is there and no zombie
+# still at work: not ended (no rc file), and its process is there, no zombie, and still the prefetch (a pid file
+# left by a killed run may name a process that reuses the number)
 running() {
   [ -f "$pidfile" ] && [ ! -f "$rcfile" ] || return 1
-  local state
-  state=$(awk '{ print $3 }' "/proc/$(cat "$pidfile")/stat" 2>/dev/null) || return 1
-  [ -n "$state" ] && [ "$state" != Z ]
+  local pid state
+  pid=$(cat "$pidfile")
+  state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q prefetch-all
 }
 
 case ${1:-} in

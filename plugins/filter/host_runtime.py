@@ -83,6 +83,10 @@ def host_prepare_needs(plan, runtime="auto", hyhal_dir=""):
                  str(runtime or "auto"), str(hyhal_dir or ""))
 
 
+def hyhal_unpack(hyhal_dir):
+    return _wrap("hyhal_unpack", core.hyhal_unpack, hyhal_dir)
+
+
 def dcu_checks(needs):
     return _wrap("dcu_checks", core.dcu_checks, needs or {})
 
@@ -113,6 +117,7 @@ class FilterModule:
             "nvidia_runtime_config": nvidia_runtime_config,
             "host_prepare_needs": host_prepare_needs,
             "dcu_checks": dcu_checks,
+            "hyhal_unpack": hyhal_unpack,
             "dcu_missing": dcu_missing,
             "accelerator_vendors": accelerator_vendors,
         }

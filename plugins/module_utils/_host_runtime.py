@@ -359,6 +359,19 @@ def dcu_checks(needs: Mapping[str, Any]) -> List[Dict[str, str]]:
     return out
 
 
+def hyhal_unpack(hyhal_dir: str) -> Dict[str, Any]:
+    """Where a hyhal archive (one top-level hyhal/ folder) is unpacked so that it becomes `hyhal_dir`: as it is,
+    beside a folder named hyhal (also right for a ./hyhal/ archive), or into the folder with its top level stripped
+    when the folder has another name. {dest, extra_opts} for ansible.builtin.unarchive."""
+    path = str(hyhal_dir or HYHAL_DIR).rstrip("/")
+    parent, _sep, name = path.rpartition("/")
+    if not path.startswith("/") or not name:
+        raise HostRuntimeError(f"llmfleet_hyhal_dir={hyhal_dir!r} must be an absolute folder path, e.g. /opt/hyhal")
+    if name == "hyhal":
+        return {"dest": parent or "/", "extra_opts": []}
+    return {"dest": path, "extra_opts": ["--strip-components=1"]}
+
+
 def dcu_missing(checks: Iterable[Mapping[str, str]], found: Mapping[str, Mapping[str, Any]], render_nodes: bool = False,
                 provided: Iterable[str] = ()) -> List[str]:
     """Sentences for every missing DCU piece, in report order. `checks` from dcu_checks; `found` maps a check's

@@ -42,7 +42,7 @@ case ${1:-} in
     if running; then
       if [ "$rc" -ne 0 ]; then
         say "stopping it (the stages failed): process group $pid"
-        kill -- -"$pid" 2>/dev/null || true
+        kill -- -"$pid" 2>/dev/null || true   # it may have ended meanwhile
         stopped=yes
       else
         # every stage passed, so every piece it makes was there: what is left is short; bounded all the same

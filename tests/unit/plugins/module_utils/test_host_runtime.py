@@ -245,6 +245,14 @@ def test_the_dcu_checks_follow_the_plans_hyhal_folder_and_devices():
     assert extra[-1] == {"name": "/dev/hydcu0", "path": "/dev/hydcu0", "kind": "chr", "how": hr.DCU_DEVICE_HOW}
 
 
+def test_a_hyhal_archive_becomes_the_planned_folder():
+    assert hr.hyhal_unpack("/opt/hyhal") == {"dest": "/opt", "extra_opts": []}
+    assert hr.hyhal_unpack("/usr/local/hyhal-2.4/") == {"dest": "/usr/local/hyhal-2.4", "extra_opts": ["--strip-components=1"]}
+    assert filters.hyhal_unpack("") == {"dest": "/opt", "extra_opts": []}
+    with pytest.raises(AnsibleFilterError, match="must be an absolute folder path"):
+        filters.hyhal_unpack("hyhal")
+
+
 def test_docker_is_needed_where_the_plan_runs_containers_and_not_for_venvs():
     gpu = hr.plan_host_needs(plan_of("h100"))
     assert gpu["docker"] is True and gpu["containers"] and not gpu["venvs"] and gpu["devices"] == []

@@ -92,3 +92,15 @@ def this_machine() -> dict:
         cpus = len(expand_cpulist(handle.read().strip()))
     return {"accelerators": [], "links": None, "numa_cpus": read_numa_cpus(), "cpu_count": cpus, "memory_mib": memory,
             "driver_version": None}
+
+
+def h200_model(model_id: str):
+    """The `model` a deployment gives for a model of the H200 runs (tests/gpu/runs.json): the catalog id, or for a
+    model outside the catalog its id with the published config.json its fixture holds (tests/fixtures/models)."""
+    with open(os.path.join(ROOT, "tests", "gpu", "runs.json"), encoding="utf-8") as handle:
+        runs = json.load(handle)["runs"]
+    spec = next((r["deployment"]["model"] for r in runs if r["model"] == model_id and "deployment" in r), model_id)
+    if isinstance(spec, dict) and isinstance(spec.get("config"), str):
+        with open(os.path.join(ROOT, spec["config"]), encoding="utf-8") as handle:
+            spec = {**spec, "config": json.load(handle)["config"]}
+    return spec

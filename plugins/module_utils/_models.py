@@ -69,6 +69,9 @@ class ModelProfile:
     # layer, the same on every TP rank (vLLM MLAAttentionSpec; MODELS.md 1)
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    q_lora_rank: int = 0                        # MLA's query compression (0: a plain q_proj, DeepSeek-V2-Lite)
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
     # sliding-window attention: how many of the attention layers slide, over how many tokens (SlidingWindowSpec)
     sliding_window: int = 0
     sliding_layers: int = 0
@@ -204,19 +207,34 @@ def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Tuple[Opti
     return method, bits, group
 
 
+def _attention_parameters(p: Dict[str, Any]) -> int:
+    """Projection weights of one full-attention layer: q (gated or not), k, v, o; or MLA's (DeepSeek
+    modeling: q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj)."""
+    h, heads, kv, d = p["hidden_size"], p["num_attention_heads"], p["num_kv_heads"], p["head_dim"]
+    if p.get("kv_lora_rank"):
+        lora, rope, nope, v = p["kv_lora_rank"], p["qk_rope_head_dim"], p["qk_nope_head_dim"], p["v_head_dim"]
+        q_dim = heads * (nope + rope)
+        q_proj = h * p["q_lora_rank"] + p["q_lora_rank"] * q_dim if p.get("q_lora_rank") else h * q_dim
+        return q_proj + h * (lora + rope) + lora * heads * (nope + v) + heads * v * h
+    q_out = heads * d * (2 if p["attn_output_gate"] else 1)
+    return h * q_out + 2 * h * kv * d + heads * d * h
+
+
 def count_parameters(p: Dict[str, Any]) -> Dict[str, int]:
     """Parameters by part, from the architecture numbers: what weight_bytes is estimated from."""
-    h, heads, kv, d = p["hidden_size"], p["num_attention_heads"], p["num_kv_heads"], p["head_dim"]
-    q_out = heads * d * (2 if p["attn_output_gate"] else 1)
-    attention = p["full_attention_layers"] * (h * q_out + 2 * h * kv * d + heads * d * h)
+    h = p["hidden_size"]
+    attention = p["full_attention_layers"] * _attention_parameters(p)
     kh, vh, kd, vd = p["linear_num_key_heads"], p["linear_num_value_heads"], p["linear_key_head_dim"], p["linear_value_head_dim"]
     gdn_one = h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + (2 * kh * kd + vh * vd) * p["linear_conv_kernel_dim"] + vh * vd * h
     linear = p["linear_attention_layers"] * gdn_one
     layers = p["num_layers"]
     if p["num_experts"]:
-        experts = layers * p["num_experts"] * 3 * h * p["moe_intermediate_size"]
-        shared = layers * 3 * h * p["shared_expert_intermediate_size"]
-        dense_mlp = layers * h * p["num_experts"]  # routers
+        # DeepSeek's first_k_dense_replace / Qwen-MoE's mlp_only_layers: those layers have one dense MLP instead
+        dense = min(int(p.get("dense_mlp_layers") or 0), layers)
+        moe_layers = layers - dense
+        experts = moe_layers * p["num_experts"] * 3 * h * p["moe_intermediate_size"]
+        shared = moe_layers * 3 * h * p["shared_expert_intermediate_size"]
+        dense_mlp = moe_layers * h * p["num_experts"] + dense * 3 * h * p["intermediate_size"]  # routers, dense layers
     else:
         experts, shared = 0, 0
         dense_mlp = layers * 3 * h * p["intermediate_size"]
@@ -229,7 +247,8 @@ def estimate_weight_bytes(p: Dict[str, Any]) -> int:
     """Bytes the engine loads, by part and quantization. GPTQ/AWQ int4 checkpoints of Qwen keep
     attention, linear attention, shared experts, embeddings and the vision tower in 16 bit and
     quantize the MLP / routed experts (about 4.25 bits a weight with group scales); FP8 block
-    checkpoints quantize every linear layer of the decoder to one byte."""
+    checkpoints quantize every linear layer of the decoder to one byte; MXFP4 checkpoints (gpt-oss) quantize
+    the routed experts only, 4 bits a weight plus one E8M0 scale byte per 32 (OCP MX, block size 32)."""
     parts = count_parameters(p)
     full = DTYPE_BYTES.get(p["torch_dtype"], 2)
     method, bits, group = p["quant_method"], p["quant_bits"] or 16, p["quant_group_size"] or 128
@@ -238,6 +257,8 @@ def estimate_weight_bytes(p: Dict[str, Any]) -> int:
         quantized = parts["experts"] + (parts["mlp"] if not p["num_experts"] else 0)
         rest = sum(parts.values()) - quantized
         return int(quantized * per_weight + rest * full)
+    if method == "mxfp4":
+        return int(parts["experts"] * (4 / 8 + 1 / 32) + (sum(parts.values()) - parts["experts"]) * full)
     if method == "fp8":
         decoder = parts["attention"] + parts["linear_attention"] + parts["experts"] + parts["shared_experts"] + parts["mlp"]
         return int(decoder * (1 + 4 / (128 * 128)) + (parts["embeddings"] + parts["vision"]) * full)
@@ -300,7 +321,11 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings", _get(text, "tie_word_embeddings", False))),
         attn_output_gate=bool(_get(text, "attn_output_gate", False)),
         vision=bool(vision_cfg), vision_parameters=_vision_parameters(vision_cfg) if vision_cfg else 0,
-        quant_method=method, quant_bits=bits, quant_group_size=group,
+        quant_method=method, quant_bits=bits, quant_group_size=group, dense_mlp_layers=dense_layers, kv_lora_rank=kv_lora,
+        qk_rope_head_dim=int(_get(text, "qk_rope_head_dim", 0) or 0) if kv_lora else 0,
+        q_lora_rank=int(_get(text, "q_lora_rank", 0) or 0) if kv_lora else 0,
+        qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", 0) or 0) if kv_lora else 0,
+        v_head_dim=int(_get(text, "v_head_dim", 0) or 0) if kv_lora else 0,
     )
     if params["torch_dtype"] not in DTYPE_BYTES:
         raise ModelError(f"{source}: torch_dtype {params['torch_dtype']!r} is not one the planner knows")
@@ -319,9 +344,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     else:
         thinking = "none"
     return ModelProfile(weight_bytes=int(weight_bytes), weight_bytes_source=weight_source, thinking=thinking,
-                        model_type=model_type, dense_mlp_layers=dense_layers,
-                        kv_lora_rank=kv_lora, qk_rope_head_dim=int(_get(text, "qk_rope_head_dim", 0) or 0) if kv_lora else 0,
-                        sliding_window=window, sliding_layers=sliding,
+                        model_type=model_type, sliding_window=window, sliding_layers=sliding,
                         weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
                         provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
                         "0.10.2" if family == "qwen3_next" else "0.8.5", **params)

@@ -23,7 +23,18 @@ MAX_LEN = 8192
 BENCH = {"input": 512, "output": 128, "prompts": 100, "concurrency": [1, 32, 128], "timeout": 240}
 # Five sequences in eager mode: the sweep takes minutes, so the warm-up is 10 prompts, not the sweep again.
 HAND_BENCH = {**BENCH, "warmup": 10, "timeout": 420}
+# The fixture models' rows (four configurations and a memory-only one in one 30-minute lease): the warm-up is one run of
+# 256 prompts at concurrency 128 (seed 1) instead of the whole sweep replayed, about 30 s instead of 100 s.
+FIXTURE_BENCH = {**BENCH, "warmup": 256}
 MODELS = [("dense", "Qwen/Qwen3-8B"), ("hybrid", "Qwen/Qwen3.5-27B"), ("moe", "Qwen/Qwen3-30B-A3B")]
+# Architectures outside the Qwen catalog (issue 17), planned from their published config.json alone (a fixture,
+# source named in it) as an inventory's `config:` would give it: Llama 3.1 (GQA, llama3 rope), DeepSeek-V2-Lite (MLA
+# without q_lora_rank, MoE with a dense first layer), gpt-oss (sliding window + sinks, MXFP4 experts). Plan and
+# vLLM's defaults only: the hand flags were measured on the Qwen rows.
+FIXTURE_MODELS = [("llama", "meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b-instruct.json", {"tools": True}),
+                  ("mla", "deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-v2-lite-chat.json", {"tools": False}),
+                  ("gptoss", "openai/gpt-oss-20b", "gpt-oss-20b.json", {"tools": True})]
+FIXTURES = ROOT / "tests" / "fixtures" / "models"
 # The carry leaves FlashInfer out (its kernels JIT-compile with nvcc, or come as a >1 GB cache), and on
 # Hopper vLLM 0.26 picks FlashInfer's Gated DeltaNet prefill for Qwen3.5 unless told otherwise: every
 # hybrid configuration gets the Triton GDN kernel instead, the same for all three, so they compare.
@@ -31,16 +42,37 @@ MODELS = [("dense", "Qwen/Qwen3-8B"), ("hybrid", "Qwen/Qwen3.5-27B"), ("moe", "Q
 CARRY_ARGS = {"hybrid": ["--additional-config", '{"gdn_prefill_backend": "triton"}']}
 
 
+def plan_one(model, served: str, tools: bool = True) -> tuple:
+    dep = {"name": served, "model": model, "workload": {"max_model_len": MAX_LEN, "concurrency": 32, "goal": "throughput",
+                                                        "thinking": False, "tools": tools},
+           "engine": {"version": ENGINE}}
+    plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
+    assert not plan["errors"], plan["errors"]
+    [inst] = plan["deployments"][0]["instances"]
+    return dep, inst
+
+
+def fixture_runs() -> list:
+    runs = []
+    for kind, model_id, fixture, workload in FIXTURE_MODELS:
+        served = model_id.rsplit("/", maxsplit=1)[-1].lower()
+        config = json.loads((FIXTURES / fixture).read_text())["config"]
+        dep, inst = plan_one({"id": model_id, "config": config}, served, workload["tools"])
+        dep = {**dep, "model": {"id": model_id, "config": f"tests/fixtures/models/{fixture}"}}   # the file, not its text
+        base = {"model": model_id, "model_dir": model_id.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"],
+                "bench": FIXTURE_BENCH, "carry_args": []}
+        common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(inst["port"]), "--max-model-len", str(MAX_LEN)]
+        runs.append({**base, "label": f"{kind}-plan", "config": "planner", "args": inst["args"][1:], "env": {}, "deployment": dep,
+                     "planned": inst["memory"], "startup_budget": 420})
+        runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
+    return runs
+
+
 def main() -> int:
     runs = []
     for kind, model in MODELS:
         served = model.rsplit("/", maxsplit=1)[-1].lower()
-        dep = {"name": served, "model": model, "workload": {"max_model_len": MAX_LEN, "concurrency": 32, "goal": "throughput",
-                                                            "thinking": False, "tools": True},
-               "engine": {"version": ENGINE}}
-        plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
-        assert not plan["errors"], plan["errors"]
-        [inst] = plan["deployments"][0]["instances"]
+        dep, inst = plan_one(model, served)
         base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"], "bench": BENCH,
                 "carry_args": CARRY_ARGS.get(kind, [])}
         extra = CARRY_ARGS.get(kind, [])
@@ -59,6 +91,7 @@ def main() -> int:
             runs.append({**base, "label": "moe-default-seqs64", "config": "vLLM defaults + --max-num-seqs 64 (diagnostic)",
                          "args": common + ["--max-num-seqs", "64"], "env": {}, "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
+    runs += fixture_runs()
     out = ROOT / "tests" / "gpu" / "runs.json"
     out.write_text(json.dumps({"engine": ENGINE, "gpu": "h200x1", "runs": runs}, indent=1) + "\n")
     print(f"wrote {out}: {len(runs)} runs")

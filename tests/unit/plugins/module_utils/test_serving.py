@@ -13,7 +13,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _serving a
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, inventory, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, h200_model, inventory, plan_of
 
 KEY = "k" * 48
 CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
@@ -239,7 +239,7 @@ def test_startup_budget_grows_with_weights_compile_and_volta():
         return plan["deployments"][0]["instances"][0]["startup_budget_s"]
 
     def h200(model, eager):
-        return budget(hardware_profile("h200x1"), {"name": "m", "model": model, "workload": {"max_model_len": 8192},
+        return budget(hardware_profile("h200x1"), {"name": "m", "model": h200_model(model), "workload": {"max_model_len": 8192},
                                                    "engine": {"version": "0.26.0"}, "overrides": {"enforce_eager": eager}})
 
     runs = yaml.safe_load((pathlib.Path(ROOT) / "tests" / "fixtures" / "gpu" / "h200-vllm-0.26.0.json").read_text())["runs"]  # JSON is YAML

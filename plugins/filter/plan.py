@@ -1,11 +1,13 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the planner: vllm_plan and vllm_plan_table (docs in the sidecar YAML files)."""
+"""Filters over the planner: vllm_plan, vllm_plan_table, plan_metadata_needed and plan_metadata (docs in the sidecar
+YAML files)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import metadata_needed
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, summary_table
 
 
@@ -23,6 +25,26 @@ def vllm_plan_table(plan):
         raise AnsibleFilterError(f"vllm_plan_table: not a plan ({exc})") from exc
 
 
+def plan_metadata_needed(deployments):
+    if not isinstance(deployments, list):
+        raise AnsibleFilterError(f"plan_metadata_needed: llmfleet_deployments must be a list, got {type(deployments).__name__}")
+    return metadata_needed(deployments)
+
+
+def plan_metadata(fetches, source="modelscope", endpoint=None):
+    """{id: {dir, weight_bytes, source}} from the registered loop of model_fetch (config_only) results."""
+    out = {}
+    for result in (fetches or {}).get("results", []) if isinstance(fetches, dict) else []:
+        if result.get("skipped") or result.get("failed"):
+            continue
+        item = result.get("item") or {}
+        where = f"{source} ({endpoint})" if endpoint else str(source)
+        out[item["id"]] = {"dir": result["invocation"]["module_args"]["dest"], "weight_bytes": int(result.get("weight_bytes") or 0),
+                           "source": f"{where} at revision {result['invocation']['module_args']['revision']}"}
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table}
+        return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table, "plan_metadata_needed": plan_metadata_needed,
+                "plan_metadata": plan_metadata}

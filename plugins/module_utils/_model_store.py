@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 MANIFEST = ".llmfleet-manifest.json"
-CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json")
+# what a plan is made from before any weight moves: the architecture, the weights' size (index), the generation defaults,
+# the tokenizer's chat template, and the quantization side files older checkpoints keep beside config.json (GPTQ's
+# quantize_config.json, AWQ's quant_config.json, ModelOpt's hf_quant_config.json)
+CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json", "tokenizer_config.json",
+               "quantize_config.json", "quant_config.json", "hf_quant_config.json")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 HF_CACHE = os.path.join(".cache", "huggingface")   # huggingface_hub's partial files and metadata inside a local_dir
 
@@ -166,6 +171,17 @@ def select(files: Iterable[RemoteFile], allow: Optional[List[str]], ignore: Opti
             continue
         chosen.append(f)
     return chosen
+
+
+def listed_weight_bytes(files: Iterable[RemoteFile]) -> int:
+    """Bytes of the weight files a listing names: the safetensors files when there are any (a repository that also
+    keeps .bin copies serves those to nobody), the PyTorch files otherwise; 0 when it lists none (a GGUF-only repo)."""
+    files = list(files)
+    for suffixes in ((".safetensors",), WEIGHT_SUFFIXES[1:]):
+        sizes = [f.size for f in files if f.path.endswith(suffixes) and "/" not in f.path and not f.path.startswith("training_args")]
+        if sizes:
+            return sum(sizes)
+    return 0
 
 
 def local_listing(source_path: Optional[str]) -> List[RemoteFile]:

@@ -355,29 +355,45 @@ def weight_bytes_from_index(index: Mapping[str, Any]) -> Optional[int]:
     return int(total) if total else None
 
 
-def profile_from_directory(path: str, model_id: Optional[str] = None) -> ModelProfile:
-    """A model on disk (or just its config.json + model.safetensors.index.json, fetched before
-    the weights): exact weight bytes from the index or the file sizes."""
-    config_path = os.path.join(path, "config.json")
+QUANT_SIDE_FILES = ("quantize_config.json", "quant_config.json", "hf_quant_config.json")
+
+
+def _read_json(path: str) -> Any:
     try:
-        with open(config_path, encoding="utf-8") as handle:
-            config = json.load(handle)
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
     except OSError as exc:
-        raise ModelError(f"{config_path}: cannot read ({exc.strerror})") from exc
+        raise ModelError(f"{path}: cannot read ({exc.strerror}); check the path and that the controller user may read it") from exc
     except json.JSONDecodeError as exc:
-        raise ModelError(f"{config_path}: not JSON ({exc.msg}, line {exc.lineno})") from exc
+        raise ModelError(f"{path}: not JSON ({exc.msg}, line {exc.lineno}); fetch it again (a cut download?) or fix the file") from exc
+
+
+def profile_from_directory(path: str, model_id: Optional[str] = None, listed_weight_bytes: int = 0, provenance: str = "") -> ModelProfile:
+    """A model on disk (or just its config.json + model.safetensors.index.json, fetched before
+    the weights): exact weight bytes from the index or the file sizes (or, for a folder of metadata
+    only, the sizes the hub listed). A checkpoint that keeps its quantization in a side file (GPTQ's
+    quantize_config.json ...) is read with it, as vLLM reads it."""
+    config_path = os.path.join(path, "config.json")
+    config = _read_json(config_path)
+    if isinstance(config, dict) and not config.get("quantization_config"):
+        for side in QUANT_SIDE_FILES:
+            if os.path.isfile(os.path.join(path, side)):
+                quant = _read_json(os.path.join(path, side))
+                config = {**config, "quantization_config": quant.get("quantization", quant) if side == "hf_quant_config.json" else quant}
+                break
     weight_bytes, source = None, ""
     index_path = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(index_path):
-        with open(index_path, encoding="utf-8") as handle:
-            weight_bytes = weight_bytes_from_index(json.load(handle))
+        weight_bytes = weight_bytes_from_index(_read_json(index_path))
         source = "model.safetensors.index.json metadata.total_size"
     if weight_bytes is None:
         files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
         if files:
             weight_bytes = sum(os.path.getsize(os.path.join(path, f)) for f in files)
             source = f"sizes of {len(files)} safetensors file(s)"
-    return profile_from_config(config, model_id or path, weight_bytes, source, provenance=f"read from {config_path}")
+    if weight_bytes is None and listed_weight_bytes:
+        weight_bytes, source = int(listed_weight_bytes), "sizes of the weight files the hub lists"
+    return profile_from_config(config, model_id or path, weight_bytes, source, provenance=provenance or f"read from {config_path}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,18 +523,50 @@ CATALOG_IDS = tuple(sorted(CATALOG))
 def catalog_profile(model_id: str) -> ModelProfile:
     key = next((k for k in CATALOG if k.lower() == model_id.lower() or k.split("/", 1)[1].lower() == model_id.lower()), None)
     if key is None:
-        raise ModelError(f"model {model_id!r} is not in the built-in catalog; give its local path (with config.json) "
-                         f"or one of: {', '.join(CATALOG_IDS)}")
+        raise ModelError(f"model {model_id!r} is not in the built-in catalog and no config.json of it was read (plan.yml reads "
+                         "it from the model's hub for an owner/name id); give its local path (with config.json), its config "
+                         f"inline ({{id, config}}), or one of: {', '.join(CATALOG_IDS)}")
     config, provenance = CATALOG[key]
     return profile_from_config(config, key, provenance=f"built-in catalog: {provenance}")
 
 
-def resolve_model(spec: Any, local_configs: Optional[Mapping[str, Any]] = None) -> ModelProfile:
+def in_catalog(model_id: str) -> bool:
+    return any(k.lower() == model_id.lower() or k.split("/", 1)[1].lower() == model_id.lower() for k in CATALOG)
+
+
+def metadata_needed(deployments: Any) -> List[Dict[str, Optional[str]]]:
+    """The models a plan must read from their hub first: named by a hub id (owner/name), neither in the
+    built-in catalog nor given with a config.json or a local path. [{id, revision}], once each, in order."""
+    out: List[Dict[str, Optional[str]]] = []
+    for d in deployments if isinstance(deployments, list) else []:
+        spec = d.get("model") if isinstance(d, Mapping) else None
+        if isinstance(spec, str):
+            model_id, revision = spec, None
+        elif isinstance(spec, Mapping) and spec.get("id") and not spec.get("config") and not spec.get("path"):
+            model_id, revision = str(spec["id"]), (str(spec["revision"]) if spec.get("revision") else None)
+        else:
+            continue
+        if "/" not in model_id or in_catalog(model_id):
+            continue
+        entry = {"id": model_id, "revision": revision}
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def resolve_model(spec: Any, metadata: Optional[Mapping[str, Any]] = None) -> ModelProfile:
     """A deployment's `model`: a catalog id, or a dict with `id` and optional `path` / `config`
-    (a config.json already read, e.g. fetched with config_only) / `weight_bytes`."""
+    (a config.json already read) / `weight_bytes`. `metadata` maps a hub id to the folder of its
+    metadata that plan.yml fetched on the controller ({dir, weight_bytes, source}); it is read before
+    the catalog, which stays the offline fallback."""
+    model_id = spec if isinstance(spec, str) else str(spec.get("id") or "") if isinstance(spec, Mapping) else ""
+    fetched = (metadata or {}).get(model_id)
+    if isinstance(spec, Mapping) and (spec.get("config") or spec.get("path")):
+        fetched = None
+    if fetched:
+        return profile_from_directory(str(fetched["dir"]), model_id, int(fetched.get("weight_bytes") or 0),
+                                      provenance=f"config.json of {model_id} fetched from {fetched.get('source', 'its hub')}")
     if isinstance(spec, str):
-        if local_configs and spec in local_configs:
-            return profile_from_config(local_configs[spec], spec, provenance="config.json given to the planner")
         return catalog_profile(spec)
     if isinstance(spec, Mapping):
         model_id = str(spec.get("id") or spec.get("path") or "")
@@ -562,5 +610,5 @@ def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
     return m.full_attention_layers * kv_bytes_per_layer_token(m, tp, kv_dtype_bytes)
 
 
-__all__ = ["ModelProfile", "ModelError", "CATALOG_IDS", "catalog_profile", "resolve_model", "profile_from_config",
+__all__ = ["ModelProfile", "ModelError", "CATALOG_IDS", "catalog_profile", "resolve_model", "metadata_needed", "in_catalog", "profile_from_config",
            "profile_from_directory", "kv_bytes_per_token", "kv_bytes_per_layer_token", "gdn_state_bytes_per_sequence", "count_parameters"]

@@ -94,7 +94,7 @@ PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENGINE_KEYS = {"version", "image", "cuda"}
 # plan_host's options (playbooks/plan.yml fills them from the inventory)
-PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir"}
+PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata"}
 WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
@@ -152,6 +152,9 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "options.gateway_on_host": "Whether the host is in llm_gateway: the engine listens on loopback and no edge nginx is planned.",
     "options.private_address": "llmfleet_private_address: where this host's edge nginx listens for the gateway when that runs "
                                "elsewhere (a private address, never guessed from ansible_host); the engine stays on loopback.",
+    "options.model_metadata": "Set by plan.yml, not in the inventory: for each model named by a hub id outside the catalog, the "
+                              "controller folder its config.json was fetched to (model_store_source, model_store_controller_endpoint, "
+                              "llmfleet_metadata_cache), the weights' size the hub lists, and where from.",
     "options.hyhal_dir": "llmfleet_hyhal_dir: Hygon's hyhal folder, mounted read-only into the engine (default /opt/hyhal).",
 }
 
@@ -743,7 +746,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
                         f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults")
     errs: List[str] = []
     try:
-        m = resolve_model(d["model"])
+        m = resolve_model(d["model"], options.get("model_metadata"))
     except ModelError as exc:
         errors.append(f"{name}: {exc}")
         return out

@@ -67,7 +67,10 @@ options:
     type: list
     elements: str
   config_only:
-    description: Fetch only C(config.json), the safetensors index and C(generation_config.json), so a plan can be made first.
+    description:
+      - Fetch only what a plan is made from, so a plan can be made before any weight moves - C(config.json), the safetensors
+        index, C(generation_config.json), C(tokenizer_config.json) and the quantization side files (C(quantize_config.json),
+        C(quant_config.json), C(hf_quant_config.json)) that the revision has.
     type: bool
     default: false
   verify:
@@ -155,6 +158,10 @@ manifest:
   description: Path of the manifest.
   returned: always
   type: str
+weight_bytes:
+  description: Size of the revision's weight files as the source lists them (safetensors, else PyTorch files), whatever was selected.
+  returned: always
+  type: int
 bytes_on_disk:
   description: Bytes of the files under O(dest) before this run (partial downloads included); progress is counted from here.
   returned: always
@@ -168,8 +175,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._hub_http import listing, mirror_fetch, run_sdk
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
-    HUBS, MANIFEST, StoreError, bytes_under, check, check_space, copy_local, existing_parent, fetch_plan, manifest_document,
-    revision_warning, select, write_manifest,
+    HUBS, MANIFEST, StoreError, bytes_under, check, check_space, copy_local, existing_parent, fetch_plan, listed_weight_bytes,
+    manifest_document, revision_warning, select, write_manifest,
 )
 
 
@@ -208,11 +215,17 @@ def main():
         remote = listing(p["source"], p["model_id"], p["revision"], endpoint=p["endpoint"], token=p["token"], url=p["url"],
                          source_path=p["source_path"])
         files = select(remote, p["allow_patterns"], p["ignore_patterns"], p["config_only"])
+        if p["config_only"] and not any(f.path == "config.json" for f in files):
+            where = p["endpoint"] if hub else p["url"] or p["source_path"]
+            raise StoreError(f"{p['model_id']}@{p['revision']} at {where} has no config.json (it lists {len(remote)} file(s)): "
+                             "nothing to plan from; check the model id (a GGUF-only upload has none), or give the model's "
+                             "config.json another way")
         if not files:
             raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection: check allow_patterns and ignore_patterns")
         plan = fetch_plan(dest, files, full=p["verify"] == "full")
         result = dict(changed=bool(plan.to_fetch), fetched=plan.to_fetch, repaired=plan.repaired, bytes_fetched=plan.needed,
-                      total_bytes=sum(f.size for f in files), files=len(files), manifest=os.path.join(dest, MANIFEST),
+                      total_bytes=sum(f.size for f in files), weight_bytes=listed_weight_bytes(remote), files=len(files),
+                      manifest=os.path.join(dest, MANIFEST),
                       bytes_on_disk=bytes_under(dest))
         if plan.to_fetch:  # before any byte moves, and in check mode too: a run that cannot fit is predicted as a failure
             check_space(dest, plan.needed, shutil.disk_usage(existing_parent(dest)).free, p["reserve_bytes"])

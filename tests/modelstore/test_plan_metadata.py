@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 import yaml
-from conftest import ROOT, hub_call
+from conftest import hub_call
 from llmfleet_testing import run_ansible, task_result
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import CONFIG_ONLY
@@ -56,7 +56,7 @@ def test_a_model_named_by_hub_id_is_planned_from_its_fetched_config(hub, tmp_pat
     sent = hub_call(hub, "/_stats")["by_path"]
     assert sent and set(sent) <= set(CONFIG_ONLY), sent
     # a second plan reads the cache: nothing fetched again
-    again, _ = plan(hub, tmp_path, {"id": "llmfleet/tiny-qwen3", "revision": "v1.0"}, source)
+    again, _plan_file = plan(hub, tmp_path, {"id": "llmfleet/tiny-qwen3", "revision": "v1.0"}, source)
     assert again["stats"]["node1"]["failures"] == 0 and hub_call(hub, "/_stats")["by_path"] == {}
 
 

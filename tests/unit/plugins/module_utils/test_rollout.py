@@ -48,12 +48,12 @@ def test_two_hosts_of_one_batch_edit_the_gateway_file_in_turn_and_neither_edit_i
     conf = CONF
     for host in ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2"):
         edit = r.rotation_edit(host, "tiny-a-0", True)
-        conf, hits = re.subn(edit["regexp"], edit["replace"], conf, flags=re.MULTILINE)
+        conf, hits = re.subn(edit["regexp"], edit["replacement"], conf, flags=re.MULTILINE)
         assert hits == 1
     assert not r.in_rotation(conf, "llmfleet-fleet-engine1", "tiny-a-0") and not r.in_rotation(conf, "llmfleet-fleet-engine2", "tiny-a-0")
     assert conf == r.rotate(r.rotate(CONF, "llmfleet-fleet-engine1", "tiny-a-0", True), "llmfleet-fleet-engine2", "tiny-a-0", True)
     edit = r.rotation_edit("llmfleet-fleet-engine1", "tiny-a-0", False)
-    back = re.sub(edit["regexp"], edit["replace"], conf, flags=re.MULTILINE)
+    back = re.sub(edit["regexp"], edit["replacement"], conf, flags=re.MULTILINE)
     assert r.in_rotation(back, "llmfleet-fleet-engine1", "tiny-a-0") and back.count(" down;") == 1
     # a host name that is a prefix of another's, and regex characters in names, match only themselves
     assert re.subn(r.rotation_edit("llmfleet-fleet-engine", "tiny-a-0", True)["regexp"], "", CONF, flags=re.MULTILINE)[1] == 0

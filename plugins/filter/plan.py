@@ -39,8 +39,8 @@ def plan_metadata(fetches, source="modelscope", endpoint=None):
             continue
         item = result.get("item") or {}
         where = f"{source} ({endpoint})" if endpoint else str(source)
-        out[item["id"]] = {"dir": result["invocation"]["module_args"]["dest"], "weight_bytes": int(result.get("weight_bytes") or 0),
-                           "source": f"{where} at revision {result['invocation']['module_args']['revision']}"}
+        out[item["id"]] = {"dir": result["dest"], "weight_bytes": int(result.get("weight_bytes") or 0),
+                           "source": f"{where} at revision {result['revision']}"}
     return out
 
 

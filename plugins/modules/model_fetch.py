@@ -158,6 +158,14 @@ manifest:
   description: Path of the manifest.
   returned: always
   type: str
+dest:
+  description: The model folder.
+  returned: always
+  type: str
+revision:
+  description: The revision fetched (the hub's default branch when none was given).
+  returned: always
+  type: str
 weight_bytes:
   description: Size of the revision's weight files as the source lists them (safetensors, else PyTorch files), whatever was selected.
   returned: always
@@ -225,6 +233,7 @@ def main():
         plan = fetch_plan(dest, files, full=p["verify"] == "full")
         result = dict(changed=bool(plan.to_fetch), fetched=plan.to_fetch, repaired=plan.repaired, bytes_fetched=plan.needed,
                       total_bytes=sum(f.size for f in files), weight_bytes=listed_weight_bytes(remote), files=len(files),
+                      dest=dest, revision=p["revision"],
                       manifest=os.path.join(dest, MANIFEST),
                       bytes_on_disk=bytes_under(dest))
         if plan.to_fetch:  # before any byte moves, and in check mode too: a run that cannot fit is predicted as a failure

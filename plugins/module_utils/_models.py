@@ -75,6 +75,9 @@ class ModelProfile:
     # sliding-window attention: how many of the attention layers slide, over how many tokens (SlidingWindowSpec)
     sliding_window: int = 0
     sliding_layers: int = 0
+    # RoPE: the base frequency (0: the config does not say) and the scaling the checkpoint already applies ("" for none)
+    rope_theta: float = 0.0
+    rope_scaling: str = ""
 
     @property
     def is_moe(self) -> bool:
@@ -177,6 +180,46 @@ def _sliding_layers(text: Mapping[str, Any], model_type: str, layers: int, atten
     else:
         sliding = attention                                         # a Mistral-style config: every layer slides
     return (window, min(sliding, attention)) if sliding else (0, 0)
+
+
+def _rope(text: Mapping[str, Any]) -> Tuple[float, str]:
+    """(rope_theta, the scaling type the checkpoint applies or ""), from transformers 4's rope_theta / rope_scaling or
+    transformers 5's rope_parameters (one dict, or one per layer type)."""
+    params = text.get("rope_parameters")
+    if isinstance(params, Mapping) and params and all(isinstance(v, Mapping) for v in params.values()):
+        params = next(iter(params.values()))          # per layer type (Gemma 3): the full-attention one comes first
+    params = params if isinstance(params, Mapping) else {}
+    scaling = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), Mapping) else params
+    theta = text.get("rope_theta") or params.get("rope_theta") or 0
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "")
+    return float(theta), "" if kind == "default" else kind
+
+
+# YaRN context extension per family, as the model cards document it: (the config's max_position_embeddings that marks
+# the published checkpoints, their native context, the largest factor). Qwen3 (dense and MoE) configs say 40960 (32768
+# native + room to generate) and their cards extend to 131072 with factor 4; a Qwen3 config with another length (Coder,
+# 2507: 262144) is native at that length, 4x as well (Qwen3-Coder's card: 256K native, 1M with YaRN).
+YARN: Dict[str, Tuple[int, int, float]] = {"qwen3": (40960, 32768, 4.0), "qwen3_moe": (40960, 32768, 4.0)}
+
+
+def yarn_limit(m: ModelProfile) -> Tuple[int, float]:
+    """(native context, largest YaRN factor) the model card documents; (0, 0) when the family has no documented YaRN, the
+    checkpoint already scales RoPE, or its rope_theta is unknown (an override must carry it)."""
+    if m.family not in YARN or m.rope_scaling or not m.rope_theta:
+        return 0, 0.0
+    marker, native, most = YARN[m.family]
+    return (native if m.max_position_embeddings == marker else m.max_position_embeddings), most
+
+
+def yarn_extension(m: ModelProfile, length: int) -> Optional[Tuple[float, int]]:
+    """(factor, native context) of the smallest YaRN extension in steps of 2 that covers `length`, or None (yarn_limit)."""
+    native, most = yarn_limit(m)
+    if not native:
+        return None
+    factor = 2.0
+    while native * factor < length and factor < most:
+        factor *= 2
+    return (factor, native) if native * factor >= length else None
 
 
 def _vision_parameters(vision: Mapping[str, Any]) -> int:
@@ -304,6 +347,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     window, sliding = _sliding_layers(text, model_type, layers, full)
     kv_lora = int(_get(text, "kv_lora_rank", 0) or 0)
     vision_cfg = config.get("vision_config")
+    theta, scaling = _rope(text)
     params: Dict[str, Any] = dict(
         id=model_id, family=family, architecture=archs[0], hidden_size=hidden, num_layers=layers,
         full_attention_layers=full, linear_attention_layers=linear, num_attention_heads=heads, num_kv_heads=kv,
@@ -328,6 +372,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         q_lora_rank=int(_get(text, "q_lora_rank", 0) or 0) if kv_lora else 0,
         qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", 0) or 0) if kv_lora else 0,
         v_head_dim=int(_get(text, "v_head_dim", 0) or 0) if kv_lora else 0,
+        rope_theta=theta, rope_scaling=scaling,
     )
     if params["torch_dtype"] not in DTYPE_BYTES:
         raise ModelError(f"{source}: torch_dtype {params['torch_dtype']!r} is not one the planner knows")
@@ -428,6 +473,8 @@ def _qwen35(arch: str, vision: Dict[str, Any], **text: Any) -> Dict[str, Any]:
 def _qwen3(arch: str, **cfg: Any) -> Dict[str, Any]:
     base = dict(architectures=[arch], model_type="qwen3_moe" if cfg.get("num_experts") else "qwen3", head_dim=128,
                 vocab_size=151936, max_position_embeddings=40960, torch_dtype="bfloat16")
+    if "model_type" not in cfg and "max_position_embeddings" not in cfg:
+        base["rope_theta"] = 1000000          # the published Qwen3 / Qwen3-MoE 40960-token configs (rope_scaling null)
     base.update(cfg)
     return base
 
@@ -612,5 +659,5 @@ def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
     return m.full_attention_layers * kv_bytes_per_layer_token(m, tp, kv_dtype_bytes)
 
 
-__all__ = ["ModelProfile", "ModelError", "CATALOG_IDS", "catalog_profile", "resolve_model", "metadata_needed", "in_catalog", "profile_from_config",
+__all__ = ["ModelProfile", "ModelError", "YARN", "yarn_extension", "yarn_limit", "CATALOG_IDS", "catalog_profile", "resolve_model", "metadata_needed", "in_catalog", "profile_from_config",
            "profile_from_directory", "kv_bytes_per_token", "kv_bytes_per_layer_token", "gdn_state_bytes_per_sequence", "count_parameters"]

@@ -30,7 +30,7 @@ from ._host_needs import (
 from ._models import (
     CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
     kv_heads_per_rank,
-    resolve_model,
+    resolve_model, yarn_extension, yarn_limit,
 )
 
 GIB = 1024 ** 3
@@ -121,7 +121,8 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                   "(naming the overrides key), one this engine version lacks too.",
     "extra_env": "Environment added to every instance, e.g. {VLLM_LOGGING_LEVEL: DEBUG}; the variables the plan or the roles "
                  "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced.",
-    "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context.",
+    "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context. "
+                              "Beyond the context, YaRN where the family's model card documents it (Qwen3: up to 131072).",
     "workload.concurrency": f"Concurrent requests the deployment must hold (default {DEFAULT_CONCURRENCY}, a planner default the "
                             "reasons name): sizes max_num_seqs and decides fp8 KV.",
     "workload.goal": "throughput (default: the smallest TP whose instances hold the declared concurrency at a declared max_model_len, "
@@ -833,6 +834,7 @@ class Features:
     thinking_kwargs: Optional[str]
     patches: List[str]
     capture: Optional[int]         # --max-cudagraph-capture-size when the plan sets it
+    hf_overrides: Optional[str]    # --hf-overrides (JSON) when the plan extends the context with YaRN
 
 
 @dataclass(frozen=True)
@@ -896,6 +898,41 @@ def check_engine_runs(m: ModelProfile, req: Request) -> None:
     """Stage 2c: the engine version knows the model's architecture."""
     if req.version < parse_version(m.min_engine):
         raise Refusal(f"{req.name}: {m.id} needs vLLM >= {m.min_engine}; engine.version is {vstr(req.version)}")
+
+
+def extend_context(d: Mapping[str, Any], req: Request, m: ModelProfile, ctx: Ctx) -> Tuple[ModelProfile, Optional[str]]:
+    """Stage 2d: a declared max_model_len beyond the model's context, where its family documents YaRN: the profile with the
+    extended context, and the --hf-overrides that gives vLLM the same (None when nothing is extended)."""
+    if req.max_len == "auto" or int(req.max_len) <= m.max_position_embeddings:
+        return m, None
+    found = yarn_extension(m, int(req.max_len))
+    if found is None:
+        return m, None             # stage 7 (or the CPU sizing) refuses the length, naming the context
+    factor, native = found
+    if any(str(a).split("=", 1)[0] == "--hf-overrides" for a in d.get("extra_args") or []):
+        raise Refusal(f"{req.name}: max_model_len {req.max_len} needs YaRN (rope scaling x{factor:g} over {m.id}'s native {native} "
+                      "tokens), which the plan passes as --hf-overrides; extra_args sets --hf-overrides too: merge the two, or "
+                      f"lower max_model_len to {m.max_position_embeddings}")
+    longest = int(native * factor)
+    # vLLM before #56446 derives original x factor for rope_type yarn, from it max_position_embeddings: giving both (the
+    # same length) holds on every version; rope_theta travels inside the dict, where transformers 5 keeps it (rope_parameters)
+    overrides = {"rope_scaling": {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": native,
+                                  "rope_theta": m.rope_theta},
+                 "max_position_embeddings": longest}
+    ctx.why(f"rope_scaling=yarn x{factor:g}", f"max_model_len {req.max_len} is beyond {m.id}'s native {native} tokens: its model card "
+            f"extends the context with YaRN; x{factor:g} (the smallest power of two that covers it) gives {longest}. Static YaRN "
+            "scales every request, short ones too, so only a declared max_model_len above the native context turns it on")
+    return replace(m, max_position_embeddings=longest), json.dumps(overrides, separators=(",", ":"), sort_keys=True)
+
+
+def _no_yarn(m: ModelProfile) -> str:
+    """Why no YaRN extension was planned, for the refusal of a length beyond the context."""
+    if m.rope_scaling:
+        return f" (the checkpoint already scales RoPE: {m.rope_scaling})"
+    native, most = yarn_limit(m)
+    if native:
+        return f"; YaRN, which its model card documents up to x{most:g}, reaches {int(native * most)}"
+    return f"; no YaRN extension is documented for {m.family} (_models.YARN) or its config lacks rope_theta"
 
 
 def place(d: Mapping[str, Any], req: Request, hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ctx: Ctx) -> Placement:
@@ -1083,7 +1120,8 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
     requires it, and fp8 KV where no TP holds max_model_len in the model's dtype."""
     name, o, n, vendor, cc = req.name, req.overrides, len(p.gpus), p.vendor, p.cc
     if req.max_len != "auto" and int(req.max_len) > m.max_position_embeddings:
-        raise Refusal(f"{name}: max_model_len {req.max_len} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
+        raise Refusal(f"{name}: max_model_len {req.max_len} exceeds {m.id}'s context of {m.max_position_embeddings} tokens"
+                      + _no_yarn(m))
     kind, domains = _domains(p.gpus, hw)
     kv_forced = o.get("kv_cache_dtype")
     kv_dtype = kv_forced or "auto"
@@ -1256,7 +1294,7 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
 
 
 def choose_features(m: ModelProfile, req: Request, p: Placement, precision: Precision, seqs: int, max_batched: int, kv_dtype: str,
-                    ctx: Ctx) -> Features:
+                    hf_overrides: Optional[str], ctx: Ctx) -> Features:
     """Stage 9: attention backends, parsers, the chat template's thinking default, CUDA-graph sizes, patches."""
     name, version, w = req.name, req.version, req.workload
     capture, capture_flag = cudagraph_capture_size(m, p.vendor, version, seqs, max_batched, precision.eager) if p.accs else (None, False)
@@ -1275,7 +1313,7 @@ def choose_features(m: ModelProfile, req: Request, p: Placement, precision: Prec
                  "clients that read reasoning_content (Dify in report 000) must be updated")
     if p.accs and m.vision and not w.get("vision", True) and has_flag(version, "--language-model-only"):
         ctx.why("language_model_only=true", "workload.vision is false: skip the vision tower and its profiling memory")
-    return Features(backend, encoder, reasoning, tools, thinking_kwargs, patches, capture if capture_flag else None)
+    return Features(backend, encoder, reasoning, tools, thinking_kwargs, patches, capture if capture_flag else None, hf_overrides)
 
 
 def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placement, build: Build, precision: Precision,
@@ -1311,7 +1349,8 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             env["VLLM_ATTENTION_BACKEND"] = feats.backend
         args = _args(model_dir, served, options["bind_address"], port, tp, precision.dtype, precision.quant, sizing.kv_dtype, sizing.length,
                      sizing.seqs, budget.util, feats.backend, feats.encoder, feats.reasoning, feats.tools, feats.thinking_kwargs, version,
-                     precision.eager, m, req.workload, dict(o, expert_parallel=layout.expert_parallel), vendor, feats.capture) + extra_args
+                     precision.eager, m, req.workload, dict(o, expert_parallel=layout.expert_parallel), vendor, feats.capture,
+                     feats.hf_overrides) + extra_args
         env.update(extra_env)
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
@@ -1378,7 +1417,7 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     else:
         length = int(req.max_len)
     if length > m.max_position_embeddings:
-        raise Refusal(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens")
+        raise Refusal(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens" + _no_yarn(m))
     need_gib = max(1, math.ceil(per_token * length * concurrency / GIB))
     space = int(o.get("cpu_kvcache_space_gib", min(need_gib, max(0, int(spare // GIB)))))
     if space < 1 or spare < GIB:
@@ -1413,7 +1452,7 @@ def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bui
     model_dir = source["dir"]
     args = _args(model_dir, served, options["bind_address"], port, 1, precision.dtype, None, "auto", sizing.length, sizing.seqs, None,
                  None, None, feats.reasoning, feats.tools, feats.thinking_kwargs, version, precision.eager, m, req.workload,
-                 req.overrides, "cpu")
+                 req.overrides, "cpu", None, feats.hf_overrides)
     extra_args, extra_env = _extras(d, version, ctx, ctx.warnings, name)
     args += extra_args
     env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
@@ -1455,6 +1494,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
                                 "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
         check_engine_runs(m, req)
+        m, hf_overrides = extend_context(d, req, m, ctx)
         p = place(d, req, hw, host, taken, ctx)
         build, build_problems = engine_build(d, req, p, hw, ctx)
         precision, precision_problems = choose_precision(m, req, p, ctx)
@@ -1462,7 +1502,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
             raise Refusal(*build_problems, *precision_problems)
         if p.vendor == "cpu":
             cpu = size_cpu(m, req, hw, host, precision.dtype, ctx)
-            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, "auto", ctx)
+            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, "auto", hf_overrides, ctx)
             out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, source, drain_s, hw, options, ports, ctx)]
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
@@ -1470,7 +1510,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
                           int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None)
             layout = choose_layout(m, req, p, hw, sizer, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
-            feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, ctx)
+            feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx)
             out["instances"] = gpu_instances(d, req, m, p, build, precision, budget, layout, sizing, feats, source, drain_s, hw, options,
                                              ports, ctx)
     except Refusal as exc:
@@ -1639,7 +1679,7 @@ def _numa_of(group: List[int], hw: Mapping[str, Any], warnings: List[str], label
 
 
 def _args(model_dir, served, bind, port, tp, dtype, quant, kv_dtype, length, seqs, util, backend, encoder, reasoning, tools,
-          thinking_kwargs, version, eager, m, w, o, vendor, capture: Optional[int] = None) -> List[str]:
+          thinking_kwargs, version, eager, m, w, o, vendor, capture: Optional[int] = None, hf_overrides: Optional[str] = None) -> List[str]:
     args = [model_dir, "--served-model-name", served, "--host", bind, "--port", str(port)]
     if tp > 1:
         args += ["--tensor-parallel-size", str(tp)]
@@ -1648,6 +1688,8 @@ def _args(model_dir, served, bind, port, tp, dtype, quant, kv_dtype, length, seq
         args += ["--quantization", quant]
     if kv_dtype != "auto":
         args += ["--kv-cache-dtype", kv_dtype]
+    if hf_overrides:
+        args += ["--hf-overrides", hf_overrides]
     args += ["--max-model-len", str(length), "--max-num-seqs", str(seqs)]
     if util is not None:
         args += ["--gpu-memory-utilization", f"{util:.2f}"]

@@ -122,6 +122,7 @@ EXTRA = [
                           "overrides": {"tensor_parallel_size": 2, "expert_parallel": True, "max_num_batched_tokens": 4096,
                                         "kv_cache_dtype": "fp8", "enforce_eager": True}}),
     ("t4x4", {"name": "turing", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 8192}}),
+    ("h200x1", {"name": "yarn", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 131072, "concurrency": 2}}),
 ]
 
 

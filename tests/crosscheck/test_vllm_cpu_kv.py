@@ -50,7 +50,9 @@ ARCHS = {"qwen3": (lambda p: p.family == "qwen3" and p.full_attention_layers == 
          "llama": (lambda p: p.model_type == "llama" and p.full_attention_layers == 2 and p.sliding_layers == 0, 2048, False),
          "gemma3": (lambda p: p.model_type == "gemma3_text" and (p.full_attention_layers, p.sliding_layers, p.sliding_window) == (6, 5, 128),
                     4096, False),
-         "deepseek-mla": (lambda p: p.is_mla and (p.kv_lora_rank, p.qk_rope_head_dim, p.dense_mlp_layers) == (512, 64, 2), 2048, False)}
+         "deepseek-mla": (lambda p: p.is_mla and (p.kv_lora_rank, p.qk_rope_head_dim, p.dense_mlp_layers) == (512, 64, 2), 2048, False),
+         # the tiny Qwen3 (2048 positions) asked for 8192: the plan extends it with YaRN x4 (--hf-overrides), vLLM must agree
+         "qwen3-yarn": (lambda p: p.family == "qwen3" and p.max_position_embeddings == 2048 and p.rope_theta > 0, 8192, True)}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
@@ -58,7 +60,7 @@ def tiny_model(request, tmp_path_factory):
     python = VENV / "bin" / "python"
     assert python.exists(), f"{python} is missing: run `make crosscheck` (it builds the vLLM CPU venv first)"
     out = tmp_path_factory.mktemp(f"tiny-{request.param}")
-    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out), "--arch", request.param],
+    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out), "--arch", request.param.removesuffix("-yarn")],
                    check=True, timeout=600)
     return request.param, out
 
@@ -76,6 +78,7 @@ def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
     assert plan["errors"] == []
     [inst] = plan["deployments"][0]["instances"]
     assert inst["args"][0] == str(tiny_model) and inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert ("--hf-overrides" in inst["args"]) == arch.endswith("-yarn") and inst["max_model_len"] == max_len
 
     log_path = tmp_path / "vllm.log"
     env = dict(os.environ, **inst["env"], HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")

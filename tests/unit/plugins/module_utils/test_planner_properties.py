@@ -88,7 +88,13 @@ def check(plan):
             assert mem["kv_cache_gib_per_gpu"] > 0
             assert mem["kv_cache_tokens"] * mem["kv_bytes_per_token_per_gpu"] <= mem["kv_cache_gib_per_gpu"] * 2**30 * 1.01
             assert mem["max_concurrency_at_max_len"] >= 1
-            assert inst["max_model_len"] <= m.max_position_embeddings
+            if "--hf-overrides" in inst["args"]:      # YaRN: the context the override gives, and only beyond the native one
+                yarn = json.loads(inst["args"][inst["args"].index("--hf-overrides") + 1])
+                scaling = yarn["rope_scaling"]
+                assert m.max_position_embeddings < inst["max_model_len"] <= yarn["max_position_embeddings"]
+                assert yarn["max_position_embeddings"] == scaling["original_max_position_embeddings"] * scaling["factor"]
+            else:
+                assert inst["max_model_len"] <= m.max_position_embeddings
             for arg in inst["args"]:
                 if arg.startswith("--"):
                     assert arg in BASE_FLAGS or arg in FLAG_SINCE or arg in FLAG_UNTIL, \

@@ -6,7 +6,9 @@ plan_host builds them (validated hardware, checked deployments).
 
 from __future__ import annotations
 
+import json
 import math
+import pathlib
 import types
 
 import pytest
@@ -17,7 +19,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import resolve_model
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     WIDER_TP_GAIN, Ctx, Refusal, Sizer, check_deployments, check_engine_runs, choose_features, choose_layout, choose_model,
-    choose_precision, engine_build, gpu_budget, place, plan_deployment, plan_host, read_request, size_cpu, size_instances,
+    choose_precision, engine_build, extend_context, gpu_budget, place, plan_deployment, plan_host, read_request, size_cpu,
+    size_instances,
 )
 
 OPTIONS = {"bind_address": "127.0.0.1", "edge_address": None, "bind_why": "the gateway runs on this host"}
@@ -96,6 +99,61 @@ def test_engine_too_old_for_the_architecture_is_refused():
     m = choose_model(d, req, {})
     with pytest.raises(Refusal, match=rf"needs vLLM >= {m.min_engine}"):
         check_engine_runs(m, req)
+
+
+# stage 2d: YaRN
+
+def yarn(model="Qwen/Qwen3-8B", length=131072, **extra):
+    d = deployment(model=model, workload={"max_model_len": length}, **extra)
+    ctx = Ctx([])
+    req = read_request(d, ctx)
+    m, overrides = extend_context(d, req, choose_model(d, req, {}), ctx)
+    return m, overrides, ctx
+
+
+def test_yarn_extends_qwen3_by_the_smallest_documented_factor():
+    """Qwen3's card: 32768 tokens native, YaRN x4 for 131072; the override carries the same length both ways vLLM derives it
+    (before and after vLLM #56446) and the rope_theta transformers 5 keeps inside the dict."""
+    m, overrides, ctx = yarn()
+    assert m.max_position_embeddings == 131072
+    assert json.loads(overrides) == {"max_position_embeddings": 131072, "rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1000000.0}}
+    assert "native 32768" in decision(ctx, "rope_scaling=yarn x4")
+    m, overrides, _ctx = yarn(length=50000)
+    assert m.max_position_embeddings == 65536 and json.loads(overrides)["rope_scaling"]["factor"] == 2.0
+
+
+def test_yarn_is_off_within_the_context_and_for_auto():
+    for length in (40960, "auto"):
+        m, overrides, ctx = yarn(length=length)
+        assert overrides is None and m.max_position_embeddings == 40960 and ctx.reasons == []
+
+
+def test_yarn_beyond_the_card_or_for_a_checkpoint_that_scales_rope_leaves_the_refusal_to_the_layout():
+    m, overrides, _ctx = yarn(length=200000)
+    assert overrides is None
+    s = staged(deployment(workload={"max_model_len": 200000}), hw_of("h200x1"))
+    with pytest.raises(Refusal, match=r"exceeds Qwen/Qwen3-8B's context of 40960 tokens; YaRN, which its model card documents up to "
+                                      r"x4, reaches 131072"):
+        choose_layout(s.m, s.req, s.p, hw_of("h200x1"), s.sizer, s.ctx)
+    llama = json.loads((pathlib.Path(__file__).resolve().parents[4] / "tests/fixtures/models/llama-3.1-8b-instruct.json").read_text())
+    spec = {"id": "meta-llama/Llama-3.1-8B-Instruct", "config": llama["config"]}
+    m, overrides, _ctx = yarn(model=spec, length=262144)
+    assert overrides is None and m.rope_scaling == "llama3"
+
+
+def test_yarn_refuses_an_extra_args_hf_overrides_it_would_clash_with():
+    with pytest.raises(Refusal, match=r"extra_args sets --hf-overrides too"):
+        yarn(extra_args=["--hf-overrides", "{}"])
+
+
+def test_yarn_reaches_the_command_line():
+    plan = plan_host("h", hardware_profile("h200x1"), [{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"},
+                                                        "workload": {"max_model_len": 131072, "concurrency": 2}}])
+    [inst] = plan["deployments"][0]["instances"]
+    args = inst["args"]
+    assert inst["max_model_len"] == 131072 and args[args.index("--max-model-len") + 1] == "131072"
+    assert json.loads(args[args.index("--hf-overrides") + 1])["rope_scaling"]["rope_type"] == "yarn"
 
 
 # stage 3: placement
@@ -251,8 +309,8 @@ def test_features_give_the_familys_parsers_and_leave_a_cpu_without_backends():
     precision, _problems = choose_precision(m, req, p, ctx)
     cpu = size_cpu(m, req, hw, "h", precision.dtype, ctx)
     assert cpu.length == 4096 and cpu.space_gib == max(1, math.ceil(cpu.per_token * 4096 * 2 / 1024 ** 3))
-    feats = choose_features(m, req, p, precision, cpu.seqs, 2048, "auto", ctx)
-    assert (feats.backend, feats.capture, feats.reasoning, feats.tools) == (None, None, "qwen3", "hermes")
+    feats = choose_features(m, req, p, precision, cpu.seqs, 2048, "auto", None, ctx)
+    assert (feats.backend, feats.capture, feats.reasoning, feats.tools, feats.hf_overrides) == (None, None, "qwen3", "hermes", None)
 
 
 # composition

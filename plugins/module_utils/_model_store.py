@@ -20,7 +20,7 @@ MANIFEST = ".llmfleet-manifest.json"
 # what a plan is made from before any weight moves: the architecture, the weights' size (index), the generation defaults,
 # the tokenizer's chat template, and the quantization side files older checkpoints keep beside config.json (GPTQ's
 # quantize_config.json, AWQ's quant_config.json, ModelOpt's hf_quant_config.json)
-CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json", "tokenizer_config.json",
+CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json", "tokenizer_config.json", "chat_template.jinja",
                "quantize_config.json", "quant_config.json", "hf_quant_config.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")

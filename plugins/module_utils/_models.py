@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -57,6 +58,11 @@ class ModelProfile:
     weight_bytes: int = 0                       # bytes of the weights the engine loads
     weight_bytes_source: str = "estimated from the config"
     thinking: str = "none"                      # hybrid (enable_thinking toggles), always, none
+    # what the chat template says (tokenizer_config.json's chat_template or chat_template.jinja), when the plan had it:
+    # "" / None = no template read; thinking_from names where `thinking` came from
+    template_thinking: str = ""
+    template_tools: Optional[bool] = None
+    thinking_from: str = "the model's name and family"
     provenance: str = ""
     min_engine: str = "0.8.5"
     model_type: str = ""                        # config.json model_type (text_config's when nested)
@@ -308,9 +314,39 @@ def estimate_weight_bytes(p: Dict[str, Any]) -> int:
     return int(sum(parts.values()) * full)
 
 
+def template_traits(template: Optional[str]) -> Tuple[str, Optional[bool]]:
+    """What a chat template says about thinking and tools: ("hybrid" when it reads enable_thinking, "always" when its
+    generation prompt opens <think> itself (R1 distills, Qwen3 -Thinking), "none", or "" without a template; whether it
+    renders the request's `tools`, None without a template)."""
+    if not template:
+        return "", None
+    if "enable_thinking" in template:
+        thinking = "hybrid"
+    else:
+        prompt = template.rsplit("add_generation_prompt", 1)[-1] if "add_generation_prompt" in template else ""
+        thinking = "always" if "<think>" in prompt and "</think>" not in prompt else "none"
+    return thinking, bool(re.search(r"\btools\b", template))
+
+
+def chat_template_of(path: str) -> Optional[str]:
+    """The chat template a model folder carries: chat_template.jinja (transformers >= 4.43 writes it), else
+    tokenizer_config.json's chat_template (one string, or named templates: all of them, the tool_use one included)."""
+    jinja = os.path.join(path, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as handle:
+            return handle.read()
+    tokenizer = os.path.join(path, "tokenizer_config.json")
+    if not os.path.isfile(tokenizer):
+        return None
+    template = (_read_json(tokenizer) or {}).get("chat_template")
+    if isinstance(template, list):
+        return "\n".join(str(t.get("template", "")) for t in template if isinstance(t, Mapping)) or None
+    return template if isinstance(template, str) and template else None
+
+
 def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: Optional[int] = None,
-                        weight_source: str = "", provenance: str = "") -> ModelProfile:
-    """Read a Hugging Face config.json (flat, or multimodal with `text_config`)."""
+                        weight_source: str = "", provenance: str = "", chat_template: Optional[str] = None) -> ModelProfile:
+    """Read a Hugging Face config.json (flat, or multimodal with `text_config`), with its chat template when known."""
     if not isinstance(config, Mapping):
         raise ModelError(f"{model_id}: config.json is not a JSON object")
     source = f"{model_id} config.json"
@@ -390,7 +426,13 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         thinking = "hybrid"
     else:
         thinking = "none"
+    template_thinking, template_tools = template_traits(chat_template)
+    thinking_from = "the model's name and family"
+    if template_thinking and template_thinking != thinking and family not in THINKING_FAMILIES:
+        # the template is what the engine renders: it wins over the name (a renamed R1 distill, a thinking fine-tune)
+        thinking, thinking_from = template_thinking, "its chat template"
     return ModelProfile(weight_bytes=int(weight_bytes), weight_bytes_source=weight_source, thinking=thinking,
+                        template_thinking=template_thinking, template_tools=template_tools, thinking_from=thinking_from,
                         model_type=model_type, sliding_window=window, sliding_layers=sliding,
                         weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
                         provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
@@ -440,7 +482,8 @@ def profile_from_directory(path: str, model_id: Optional[str] = None, listed_wei
             source = f"sizes of {len(files)} safetensors file(s)"
     if weight_bytes is None and listed_weight_bytes:
         weight_bytes, source = int(listed_weight_bytes), "sizes of the weight files the hub lists"
-    return profile_from_config(config, model_id or path, weight_bytes, source, provenance=provenance or f"read from {config_path}")
+    return profile_from_config(config, model_id or path, weight_bytes, source, provenance=provenance or f"read from {config_path}",
+                               chat_template=chat_template_of(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,5 +702,6 @@ def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
     return m.full_attention_layers * kv_bytes_per_layer_token(m, tp, kv_dtype_bytes)
 
 
-__all__ = ["ModelProfile", "ModelError", "YARN", "yarn_extension", "yarn_limit", "CATALOG_IDS", "catalog_profile", "resolve_model", "metadata_needed", "in_catalog", "profile_from_config",
+__all__ = ["ModelProfile", "ModelError", "YARN", "yarn_extension", "yarn_limit", "template_traits", "chat_template_of", "CATALOG_IDS",
+           "catalog_profile", "resolve_model", "metadata_needed", "in_catalog", "profile_from_config",
            "profile_from_directory", "kv_bytes_per_token", "kv_bytes_per_layer_token", "gdn_state_bytes_per_sequence", "count_parameters"]

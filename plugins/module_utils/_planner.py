@@ -1603,6 +1603,9 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
         reasoning, why_r = "deepseek_r1", (f"{m.id} is a thinking-only checkpoint (its chat template opens <think> in the prompt): "
                                            f"before {vstr(QWEN3_PARSER_THINKING_ONLY_SINCE)} the qwen3 parser leaves the whole answer in "
                                            "content (vLLM #22507, #34684); deepseek_r1 splits at </think> (field report 001)")
+    if reasoning is None and m.thinking == "always" and m.template_thinking == "always":
+        reasoning, why_r = "deepseek_r1", (f"{m.id}'s chat template opens <think> in the prompt, so the answer follows the first "
+                                           "</think>: deepseek_r1 splits there (a missing opening tag is what it expects)")
     reasoning = o.get("reasoning_parser", reasoning)
     wants_tools = bool(w.get("tools", True))
     tools = o.get("tool_call_parser", tools) if wants_tools else None
@@ -1622,13 +1625,17 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
                             "set workload.tools: false, or overrides.tool_call_parser if its chat template does emit tool calls")
     elif not wants_tools:
         ctx.why("tool_call_parser=none", "workload.tools is false")
+    if tools and m.template_tools is False and warnings is not None:
+        warnings.append(f"{name}: {m.id}'s chat template does not render the request's `tools`: the model is never shown the tool "
+                        f"list, so the {tools} parser finds nothing to parse; set workload.tools: false, or serve a chat template "
+                        "that renders tools")
     if not known and warnings is not None:
         missing = []
         if wants_tools and "tool_call_parser" not in o:
             missing.append("no tool-call parser, so requests with tool_choice \"auto\" get HTTP 400: set overrides.tool_call_parser "
                            "(llama3_json for Llama 3.x, mistral for Mistral, deepseek_v3 for DeepSeek-V3/R1-0528, openai for gpt-oss, "
                            "glm45 for GLM-4.5; MODELS.md 3), or workload.tools: false")
-        if "reasoning_parser" not in o:
+        if "reasoning_parser" not in o and not reasoning:
             missing.append("no reasoning parser, so a thinking model's reasoning stays in content: set overrides.reasoning_parser "
                            "(deepseek_r1 for R1 and its distills, openai_gptoss for gpt-oss, mistral for Magistral) if it thinks")
         ctx.why(f"family={m.model_type or m.architecture}", "not in the planner's parser table (_engine.PARSERS): planned with the "

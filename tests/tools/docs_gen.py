@@ -345,7 +345,7 @@ FIXES: Dict[str, str] = {
     "is older than": f"Pin engine.version {engine.vstr(engine.OLDEST)} or newer.",
     "no longer has": "Use a checkpoint in a format this vLLM has (the matrix in README.md), or pin an older engine.version.",
     "context of {…} tokens": "Lower workload.max_model_len to the model's context (or use auto).",
-    "does not fit on": "The message ends with what would fit (a quantized variant, more GPUs, a shorter max_model_len).",
+    "does not fit on": "The message ends with what would fit, each planned to fit (a quantized variant, how many GPUs, a shorter max_model_len).",
     "GPU(s) are free on": "Lower gpus, or free GPUs taken by another deployment of the host.",
     "instances x TP=": "Lower overrides.instances or overrides.tensor_parallel_size.",
     "TP={…}: {…}": "Set overrides.tensor_parallel_size to a size that divides the heads, or drop the override.",

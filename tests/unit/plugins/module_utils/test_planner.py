@@ -118,8 +118,23 @@ def test_bf16_27b_with_full_context_on_24g_cards_says_what_would_fit():
     dep = {"name": "big", "model": "Qwen/Qwen3.5-27B", "gpus": [0], "workload": {"max_model_len": 262144}, "engine": {"version": "0.17.0"}}
     plan = plan_host(host, hw, [dep])
     [err] = plan["errors"]
-    assert "does not fit on 1 x 24 GiB GPUs" in err and "Qwen/Qwen3.5-27B-GPTQ-Int4 or Qwen/Qwen3.5-27B-FP8" in err
+    # issue 17: a hint is itself planned. Neither quantized variant fits one 24 GiB card (27-28 GiB of weights with the
+    # vision tower and the embeddings unquantized), so only a planned TP is offered
+    assert "does not fit on 1 x 24 GiB GPUs" in err and "4 of these GPUs (TP=4, planned to fit)" in err and "GPTQ" not in err
     assert plan["deployments"][0]["instances"] == []
+    for model in ("Qwen/Qwen3.5-27B-GPTQ-Int4", "Qwen/Qwen3.5-27B-FP8"):
+        assert plan_host(host, hw, [dict(dep, model=model)])["errors"], f"{model} fits: the hint above should have named it"
+
+
+def test_a_quantized_variant_is_offered_only_where_it_is_planned_to_fit():
+    host, hw, _deps = inventory("mixed_4gpu")
+    dep = {"name": "q14", "model": "Qwen/Qwen3-14B", "gpus": [0], "workload": {"max_model_len": 16384}, "engine": {"version": "0.17.0"}}
+    [err] = plan_host(host, hw, [dep])["errors"]
+    assert "what would fit: Qwen/Qwen3-14B-FP8, 2 of these GPUs (TP=2, planned to fit)" in err
+    alt = plan_host(host, hw, [dict(dep, model="Qwen/Qwen3-14B-FP8")])
+    assert alt["errors"] == [] and alt["deployments"][0]["instances"][0]["max_model_len"] == 16384
+    two = plan_host(host, hw, [dict(dep, gpus=[0, 1])])
+    assert two["errors"] == [] and two["deployments"][0]["instances"][0]["tensor_parallel_size"] == 2
 
 
 def test_too_long_context_names_the_longest_that_fits():

@@ -365,7 +365,7 @@ def _platform(accs: Sequence[Mapping[str, Any]]) -> Tuple[str, str, int]:
 
 
 def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Version, ctx: Ctx,
-                  errors: List[str], forced: Optional[str]) -> Optional[str]:
+                  errors: List[str], forced: Optional[str], fits: Optional[Callable[[ModelProfile], bool]] = None) -> Optional[str]:
     method = m.quant_method
     if forced:
         ctx.why(f"quantization={forced}", "forced by overrides")
@@ -376,7 +376,12 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
     if method in QUANT_REMOVED and version >= QUANT_REMOVED[method]:
         errors.append(f"{m.id}: vLLM {vstr(version)} no longer has {method} (removed in {vstr(QUANT_REMOVED[method])})")
         return None
-    alternatives = _alternatives(m, vendor, cc, version)
+    alternatives = _alternatives(m, vendor, cc, version, fits)
+    if not alternatives and fits is not None and _alternatives(m, vendor, cc, version):
+        alternatives = ""
+        errors_suffix = f"; {_alternatives(m, vendor, cc, version)} would run on sm{cc} but does not fit these GPUs"
+    else:
+        errors_suffix = ""
     if vendor == "nvidia":
         if method == "fp8":
             # KNOWLEDGE.md 1: fp8's get_min_capability is 80 in 0.11.0 and 75 from 0.17 (Marlin W8A16);
@@ -384,7 +389,7 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
             floor = QUANT_MIN_CC["fp8"] if version >= FP8_WEIGHT_ONLY_SINCE else 80
             if cc < floor:
                 errors.append(f"{m.id} is an FP8 checkpoint; sm{cc} cannot run FP8 in vLLM {vstr(version)} (needs sm{floor}+)"
-                              + (f"; use {alternatives}" if alternatives else ""))
+                              + (f"; use {alternatives}" if alternatives else errors_suffix))
                 return None
             if cc < 89:
                 ctx.why("quantization=fp8 (weight-only)", f"sm{cc} has no FP8 tensor cores: vLLM runs FP8 weights through Marlin W8A16")
@@ -394,7 +399,7 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
         if method in ("gptq", "awq"):
             # KNOWLEDGE.md 1: awq needs sm75; Marlin returns no types below sm75 (gptq_marlin / awq_marlin)
             if method == "awq" and cc < 75:
-                errors.append(f"{m.id} is AWQ; sm{cc} cannot run AWQ in vLLM (needs sm75+)" + (f"; use {alternatives}" if alternatives else ""))
+                errors.append(f"{m.id} is AWQ; sm{cc} cannot run AWQ in vLLM (needs sm75+)" + (f"; use {alternatives}" if alternatives else errors_suffix))
                 return None
             if cc < 75:
                 ctx.why(f"quantization={method}", f"sm{cc} has no Marlin kernels: {method} (exllama) for linear layers"
@@ -405,14 +410,14 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
         floor, read = _quant_floor(m, version)
         if floor and cc < floor:
             errors.append(f"{m.id} is {_quant_name(m)}; sm{cc} cannot run it in vLLM {vstr(version)} (needs sm{floor}+, {read})"
-                          + (f"; use {alternatives}" if alternatives else ""))
+                          + (f"; use {alternatives}" if alternatives else errors_suffix))
             return None
         if floor:
             ctx.why(f"quantization={method}", f"the checkpoint's {_quant_name(m)} ({read}: sm{floor}+; this GPU is sm{cc})")
         return method
     if vendor in ("hygon", "amd"):
         if method == "fp8" and arch not in GFX_FP8:
-            errors.append(f"{m.id} is an FP8 checkpoint; {arch} has no FP8 tensor math" + (f"; use {alternatives}" if alternatives else ""))
+            errors.append(f"{m.id} is an FP8 checkpoint; {arch} has no FP8 tensor math" + (f"; use {alternatives}" if alternatives else errors_suffix))
             return None
         ctx.why(f"quantization={method}", f"{arch}: the DCU/ROCm build runs {method} (field report 003: --quantization gptq on K100_AI)")
         return method
@@ -464,7 +469,8 @@ def _fits_somewhere(sizer: "Sizer", p: "Placement", gpus: int) -> Callable[[Mode
     kv_dtypes = ("auto", "fp8") if _fp8_kv_sound(p) else ("auto",)
 
     def fits(alt: ModelProfile) -> bool:
-        other = replace(sizer, m=alt)
+        # the variant in the dtype stage 5 would give it (float16 for GPTQ/AWQ and below sm80), silently
+        other = replace(sizer, m=alt, dtype=_dtype(alt, p.vendor, p.arch, p.cc, alt.quant_method, Ctx([]), None))
         return any(other.fits(t, kv, gpus) for t in _tp_choices(alt, gpus) if not fp8_block_problems(alt, t)[0] for kv in kv_dtypes)
     return fits
 
@@ -1049,12 +1055,16 @@ def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> T
     """Stage 5: quantization (what the checkpoint carries and the architecture runs), dtype, eager; problems returned."""
     o = req.overrides
     problems: List[str] = []
-    quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"))
+    eager = bool(o.get("enforce_eager", p.vendor == "cpu"))
+    fits = None
+    if p.accs:     # a variant a refusal names must itself fit these GPUs (stage 6's budget, computed here silently)
+        fits = _fits_somewhere(Sizer(m, p.vendor, req.version, gpu_budget(req, p, eager, Ctx([])), "bfloat16", eager, req.max_len,
+                                     req.concurrency, None), p, len(p.gpus))
+    quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"), fits)
     dtype = _dtype(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"))
     if "concurrency" not in req.workload:
         ctx.why(f"concurrency={DEFAULT_CONCURRENCY}", "workload.concurrency is not given: the planner's default, not a measurement; "
                 "set it to the number of requests the deployment must hold at once")
-    eager = bool(o.get("enforce_eager", p.vendor == "cpu"))
     if p.vendor == "cpu":
         ctx.why("enforce_eager=true", "CPU: torch.compile makes startup 56-98 s against 36-43 s eager, for little gain (LAB)")
     elif eager:

@@ -170,7 +170,7 @@ def _layer_list(text: Mapping[str, Any], layers: int, source: str) -> Optional[T
         unknown = sorted(set(pattern) - set(PATTERN_KINDS))
         if unknown:
             raise ModelError(f"{source}: hybrid_override_pattern has layer kinds this planner does not know: {unknown} "
-                             f"(it knows {' '.join(PATTERN_KINDS)})")
+                             f"(it knows {' '.join(PATTERN_KINDS)}); report it with the config.json")
         return "hybrid_override_pattern", [PATTERN_KINDS[c] for c in pattern]
     for key in ("layer_types", "layers_block_type"):
         types = text.get(key)
@@ -196,10 +196,10 @@ def _layer_kinds(text: Mapping[str, Any], layers: int, source: str, model_type: 
         return layers, 0, None
     key, kinds = listed
     if len(kinds) != layers:
-        raise ModelError(f"{source}: {key} lists {len(kinds)} layers but num_hidden_layers is {layers}")
+        raise ModelError(f"{source}: {key} lists {len(kinds)} layers but num_hidden_layers is {layers}; give the model's published config.json")
     unknown = sorted(set(kinds) - set(ATTENTION_KINDS + STATE_KINDS + BLOCK_KINDS + PARALLEL_KINDS))
     if unknown:
-        raise ModelError(f"{source}: {key} has layer kinds this planner does not know: {unknown}")
+        raise ModelError(f"{source}: {key} has layer kinds this planner does not know: {unknown}; report it with the config.json")
     attention = sum(1 for k in kinds if k in ATTENTION_KINDS + PARALLEL_KINDS)
     state = sum(1 for k in kinds if k in STATE_KINDS + PARALLEL_KINDS)
     if key == "hybrid_override_pattern" or model_type.startswith("nemotron_h") or any(k in BLOCK_KINDS for k in kinds):
@@ -254,7 +254,7 @@ def _state_shape(text: Mapping[str, Any], hidden: int, state_layers: int, source
                     mamba_dt_rank=math.ceil(hidden / 16) if rank == "auto" else int(rank))
     raise ModelError(f"{source}: {state_layers} Mamba / linear-attention layers, but no state shape this planner knows: "
                      "linear_num_value_heads (Gated-DeltaNet), mamba_num_heads / mamba_n_heads (Mamba2: Nemotron-H / Falcon-H1) or "
-                     "mamba_expand (Mamba1, Jamba)")
+                     "mamba_expand (Mamba1, Jamba); report it with the config.json")
 
 
 # model_types whose config.json `sliding_window` counts only with `use_sliding_window: true` (transformers sets

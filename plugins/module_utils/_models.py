@@ -10,6 +10,7 @@ Private to llmfleet.serving. Pure: no file access except `profile_from_directory
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -89,6 +90,24 @@ class ModelProfile:
     # RoPE: the base frequency (0: the config does not say) and the scaling the checkpoint already applies ("" for none)
     rope_theta: float = 0.0
     rope_scaling: str = ""
+    # Llama 4 chunked local attention: how many attention layers attend within chunks of how many tokens
+    # (ChunkedLocalAttentionSpec; the NoPE layers, no_rope_layers[i] == 0, are full attention)
+    attention_chunk_size: int = 0
+    chunked_layers: int = 0
+    # the state layers (MambaSpec, counted in linear_attention_layers): "gdn" (Qwen3-Next / Qwen3.5 Gated-DeltaNet,
+    # linear_* fields), "mamba2" (Nemotron-H), "mamba1" (Jamba); their shapes as vLLM's MambaStateShapeCalculator reads them
+    mamba_type: str = ""
+    mamba_num_heads: int = 0                    # Mamba2 heads (mamba_num_heads)
+    mamba_head_dim: int = 0
+    mamba_n_groups: int = 0                     # Mamba2 B/C groups (n_groups)
+    mamba_d_state: int = 0                      # ssm_state_size / mamba_d_state
+    mamba_d_conv: int = 0                       # conv_kernel / mamba_d_conv
+    mamba_intermediate_size: int = 0            # Mamba2 heads x head_dim; Mamba1 mamba_expand x hidden_size
+    mamba_dt_rank: int = 0                      # Mamba1's dt projection rank (mamba_dt_rank, "auto": hidden / 16)
+    # layers that are one block without an MLP (Nemotron-H: a mamba or attention block), and whether an MLP or expert
+    # has a gate (3 matrices, SwiGLU) or not (2, Nemotron-H's squared ReLU up/down)
+    mlp_free_layers: int = 0
+    mlp_gated: bool = True
 
     @property
     def is_moe(self) -> bool:
@@ -96,6 +115,7 @@ class ModelProfile:
 
     @property
     def is_hybrid(self) -> bool:
+        """Layers with a constant state per request (MambaSpec: Gated-DeltaNet, Mamba1, Mamba2)."""
         return self.linear_attention_layers > 0
 
     @property
@@ -147,22 +167,108 @@ def _family(model_type: str, architecture: str, num_experts: int, linear: int, m
     return "other" if not linear else "hybrid"
 
 
-def _layer_kinds(text: Mapping[str, Any], layers: int, source: str) -> Tuple[int, int]:
-    types = text.get("layer_types")
-    if types:
-        if len(types) != layers:
-            raise ModelError(f"{source}: layer_types lists {len(types)} layers but num_hidden_layers is {layers}")
-        full = sum(1 for t in types if t in ("full_attention", "attention", "sliding_attention"))
-        linear = sum(1 for t in types if t in ("linear_attention", "mamba", "gated_delta_net"))
-        if full + linear != layers:
-            unknown = sorted(set(types) - {"full_attention", "attention", "sliding_attention", "linear_attention", "mamba", "gated_delta_net"})
-            raise ModelError(f"{source}: layer_types has kinds this planner does not know: {unknown}")
-        return full, linear
+# the kind of every layer, in each spelling a config.json uses: `layer_types` (Qwen3-Next / Qwen3.5, Gemma, gpt-oss; Llama 4
+# and Nemotron-H as transformers 5 writes them), `layers_block_type` (Jamba, Nemotron-H), Nemotron-H's
+# `hybrid_override_pattern` (one character a layer, vLLM models/nemotron_h.py ALL_DECODER_LAYER_TYPES)
+ATTENTION_KINDS = ("full_attention", "attention", "sliding_attention", "chunked_attention")
+STATE_KINDS = ("linear_attention", "mamba", "gated_delta_net")
+BLOCK_KINDS = ("mlp", "moe")            # a layer that is one MLP or MoE block and no mixer (Nemotron-H)
+PARALLEL_KINDS = ("hybrid",)             # attention and a Mamba2 mixer side by side in one layer (Falcon-H1, vLLM falcon_h1.py)
+PATTERN_KINDS = {"*": "attention", "M": "mamba", "-": "mlp", "E": "moe"}
+
+
+def _layer_list(text: Mapping[str, Any], layers: int, source: str) -> Optional[Tuple[str, List[str]]]:
+    """(the key, the kind of every layer), from whichever key the config spells them with; None when it lists none."""
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        unknown = sorted(set(pattern) - set(PATTERN_KINDS))
+        if unknown:
+            raise ModelError(f"{source}: hybrid_override_pattern has layer kinds this planner does not know: {unknown} "
+                             f"(it knows {' '.join(PATTERN_KINDS)}); report it with the config.json")
+        return "hybrid_override_pattern", [PATTERN_KINDS[c] for c in pattern]
+    for key in ("layer_types", "layers_block_type"):
+        types = text.get(key)
+        if types:
+            return key, [str(t) for t in types]
+    if str(text.get("model_type") or "").startswith("falcon_h1"):     # transformers FalconH1Config.layers_block_type
+        return "model_type", ["hybrid"] * layers
+    period = text.get("attn_layer_period")
+    if period:      # Jamba: attention where i % attn_layer_period == attn_layer_offset (transformers JambaConfig)
+        offset = int(text.get("attn_layer_offset") or 0)
+        return "attn_layer_period", ["attention" if i % int(period) == offset else "mamba" for i in range(layers)]
     interval = text.get("full_attention_interval")
     if interval and text.get("linear_num_value_heads"):
-        full = sum(1 for i in range(layers) if (i + 1) % int(interval) == 0)
-        return full, layers - full
-    return layers, 0
+        return "full_attention_interval", ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(layers)]
+    return None
+
+
+def _layer_kinds(text: Mapping[str, Any], layers: int, source: str, model_type: str = "") -> Tuple[int, int, Optional[Tuple[int, int]]]:
+    """(attention layers, state layers, and where every layer is a single block - Nemotron-H: a mamba, attention, MLP or
+    MoE block - (MLP layers, MoE layers); else None: every layer has a mixer and an MLP)."""
+    listed = _layer_list(text, layers, source)
+    if listed is None:
+        return layers, 0, None
+    key, kinds = listed
+    if len(kinds) != layers:
+        raise ModelError(f"{source}: {key} lists {len(kinds)} layers but num_hidden_layers is {layers}; give the model's published config.json")
+    unknown = sorted(set(kinds) - set(ATTENTION_KINDS + STATE_KINDS + BLOCK_KINDS + PARALLEL_KINDS))
+    if unknown:
+        raise ModelError(f"{source}: {key} has layer kinds this planner does not know: {unknown}; report it with the config.json")
+    attention = sum(1 for k in kinds if k in ATTENTION_KINDS + PARALLEL_KINDS)
+    state = sum(1 for k in kinds if k in STATE_KINDS + PARALLEL_KINDS)
+    if key == "hybrid_override_pattern" or model_type.startswith("nemotron_h") or any(k in BLOCK_KINDS for k in kinds):
+        return attention, state, (kinds.count("mlp"), kinds.count("moe"))
+    return attention, state, None
+
+
+def _chunked_layers(text: Mapping[str, Any], layers: int, attention: int) -> Tuple[int, int]:
+    """(chunk, how many attention layers attend within chunks): Llama 4's attention_chunk_size applies to every layer
+    that uses RoPE, no_rope_layers[i] != 0 (vLLM models/llama4.py); transformers' default no_rope_layers leaves out
+    every no_rope_layer_interval-th (4th) layer."""
+    chunk = text.get("attention_chunk_size")
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
+        return 0, 0
+    rope = text.get("no_rope_layers")
+    if not rope:
+        types = text.get("layer_types")
+        if types and "chunked_attention" in types:
+            rope = [int(t == "chunked_attention") for t in types]
+        else:
+            interval = int(text.get("no_rope_layer_interval") or 4)
+            rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    chunked = sum(1 for r in rope if r)
+    return (chunk, min(chunked, attention)) if chunked else (0, 0)
+
+
+def _state_shape(text: Mapping[str, Any], hidden: int, state_layers: int, source: str, model_type: str) -> Dict[str, Any]:
+    """The state layers' kind and shape, as vLLM's model classes hand them to MambaStateShapeCalculator: Gated-DeltaNet
+    (linear_* keys), Mamba2 (Nemotron-H, models/nemotron_h.py: intermediate = mamba_num_heads x mamba_head_dim; Falcon-H1,
+    models/falcon_h1.py: intermediate = mamba_d_ssm, else mamba_expand x hidden_size), Mamba1 (Jamba, models/jamba.py:
+    intermediate = mamba_expand x hidden_size); defaults as transformers' config classes."""
+    if not state_layers:
+        return {}
+    if text.get("linear_num_value_heads"):
+        return {"mamba_type": "gdn"}
+    if text.get("mamba_num_heads") or model_type.startswith("nemotron_h"):
+        heads, head_dim = int(_get(text, "mamba_num_heads", 128)), int(_get(text, "mamba_head_dim", 64))
+        return dict(mamba_type="mamba2", mamba_num_heads=heads, mamba_head_dim=head_dim, mamba_intermediate_size=heads * head_dim,
+                    mamba_n_groups=int(_get(text, "n_groups", None) or _get(text, "mamba_n_groups", 8)),
+                    mamba_d_state=int(_get(text, "ssm_state_size", 128)), mamba_d_conv=int(_get(text, "conv_kernel", 4)))
+    if text.get("mamba_n_heads") or model_type.startswith("falcon_h1"):
+        inter = int(_get(text, "mamba_d_ssm", None) or int(_get(text, "mamba_expand", 2)) * hidden)
+        heads = int(_get(text, "mamba_n_heads", 128))
+        head_dim = _get(text, "mamba_d_head", "auto")
+        return dict(mamba_type="mamba2", mamba_num_heads=heads, mamba_head_dim=inter // heads if head_dim == "auto" else int(head_dim),
+                    mamba_intermediate_size=inter, mamba_n_groups=int(_get(text, "mamba_n_groups", 1)),
+                    mamba_d_state=int(_get(text, "mamba_d_state", 256)), mamba_d_conv=int(_get(text, "mamba_d_conv", 4)))
+    if model_type == "jamba" or text.get("mamba_expand"):
+        rank = _get(text, "mamba_dt_rank", "auto")
+        return dict(mamba_type="mamba1", mamba_intermediate_size=int(_get(text, "mamba_expand", 2)) * hidden,
+                    mamba_d_state=int(_get(text, "mamba_d_state", 16)), mamba_d_conv=int(_get(text, "mamba_d_conv", 4)),
+                    mamba_dt_rank=math.ceil(hidden / 16) if rank == "auto" else int(rank))
+    raise ModelError(f"{source}: {state_layers} Mamba / linear-attention layers, but no state shape this planner knows: "
+                     "linear_num_value_heads (Gated-DeltaNet), mamba_num_heads / mamba_n_heads (Mamba2: Nemotron-H / Falcon-H1) or "
+                     "mamba_expand (Mamba1, Jamba); report it with the config.json")
 
 
 # model_types whose config.json `sliding_window` counts only with `use_sliding_window: true` (transformers sets
@@ -306,24 +412,41 @@ def _attention_parameters(p: Dict[str, Any]) -> int:
     return h * q_out + 2 * h * kv * d + heads * d * h
 
 
+def _state_mixer_parameters(p: Dict[str, Any]) -> int:
+    """Projection and convolution weights of one state layer (vLLM MambaMixer2 / MambaMixer / Qwen's GatedDeltaNet):
+    Mamba2 in_proj h x (2I + 2GN + H), conv (I + 2GN) x k, out_proj I x h; Mamba1 in_proj h x 2I, conv I x k,
+    x_proj I x (dt_rank + 2N), dt_proj dt_rank x I, A I x N, out_proj I x h (I: intermediate, G: groups, N: state)."""
+    h, kind = p["hidden_size"], p.get("mamba_type")
+    inter, state, conv = p.get("mamba_intermediate_size", 0), p.get("mamba_d_state", 0), p.get("mamba_d_conv", 0)
+    if kind == "mamba2":
+        bc = 2 * p["mamba_n_groups"] * state
+        return h * (2 * inter + bc + p["mamba_num_heads"]) + (inter + bc) * conv + inter * h
+    if kind == "mamba1":
+        rank = p["mamba_dt_rank"]
+        return h * 2 * inter + inter * conv + inter * (rank + 2 * state) + rank * inter + inter * state + inter * h
+    kh, vh, kd, vd = p["linear_num_key_heads"], p["linear_num_value_heads"], p["linear_key_head_dim"], p["linear_value_head_dim"]
+    return h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + (2 * kh * kd + vh * vd) * p["linear_conv_kernel_dim"] + vh * vd * h
+
+
 def count_parameters(p: Dict[str, Any]) -> Dict[str, int]:
     """Parameters by part, from the architecture numbers: what weight_bytes is estimated from."""
     h = p["hidden_size"]
     attention = p["full_attention_layers"] * _attention_parameters(p)
-    kh, vh, kd, vd = p["linear_num_key_heads"], p["linear_num_value_heads"], p["linear_key_head_dim"], p["linear_value_head_dim"]
-    gdn_one = h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + (2 * kh * kd + vh * vd) * p["linear_conv_kernel_dim"] + vh * vd * h
-    linear = p["linear_attention_layers"] * gdn_one
+    linear = p["linear_attention_layers"] * _state_mixer_parameters(p) if p["linear_attention_layers"] else 0
     layers = p["num_layers"]
+    # an MLP or expert is up + down, and a gate unless it is Nemotron-H's squared ReLU
+    mats = 3 if p.get("mlp_gated", True) else 2
+    # DeepSeek's first_k_dense_replace / Qwen-MoE's mlp_only_layers / Jamba's and Llama 4's interleaving: those layers have
+    # one dense MLP; Nemotron-H's mamba and attention blocks have none
+    dense = min(int(p.get("dense_mlp_layers") or 0), layers)
     if p["num_experts"]:
-        # DeepSeek's first_k_dense_replace / Qwen-MoE's mlp_only_layers: those layers have one dense MLP instead
-        dense = min(int(p.get("dense_mlp_layers") or 0), layers)
-        moe_layers = layers - dense
-        experts = moe_layers * p["num_experts"] * 3 * h * p["moe_intermediate_size"]
-        shared = moe_layers * 3 * h * p["shared_expert_intermediate_size"]
-        dense_mlp = moe_layers * h * p["num_experts"] + dense * 3 * h * p["intermediate_size"]  # routers, dense layers
+        moe_layers = layers - dense - int(p.get("mlp_free_layers") or 0)
+        experts = moe_layers * p["num_experts"] * mats * h * p["moe_intermediate_size"]
+        shared = moe_layers * mats * h * p["shared_expert_intermediate_size"]
+        dense_mlp = moe_layers * h * p["num_experts"] + dense * mats * h * p["intermediate_size"]  # routers, dense layers
     else:
         experts, shared = 0, 0
-        dense_mlp = layers * 3 * h * p["intermediate_size"]
+        dense_mlp = dense * mats * h * p["intermediate_size"]
     embed = p["vocab_size"] * h * (1 if p["tie_word_embeddings"] else 2)
     return {"attention": attention, "linear_attention": linear, "experts": experts, "shared_experts": shared,
             "mlp": dense_mlp, "embeddings": embed, "vision": p["vision_parameters"]}
@@ -390,41 +513,66 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     text = config.get("text_config") or config
     archs = config.get("architectures") or text.get("architectures") or ["unknown"]
     hidden = int(_get(text, "hidden_size", required=True, source=source))
-    layers = int(_get(text, "num_hidden_layers", required=True, source=source))
+    # transformers 5 writes Nemotron-H's layers as layers_block_type and may leave num_hidden_layers out
+    listed = text.get("layers_block_type") or text.get("hybrid_override_pattern")
+    layers = int(_get(text, "num_hidden_layers", len(listed) if listed else None, required=not listed, source=source))
     heads = int(_get(text, "num_attention_heads", required=True, source=source))
     kv = int(_get(text, "num_key_value_heads", heads, source=source))
     head_dim = int(_get(text, "head_dim", hidden // heads, source=source))
-    full, linear = _layer_kinds(text, layers, source)
-    # every spelling vLLM's model classes read (MODELS.md 1/issue 17): Qwen-MoE num_experts, DeepSeek
-    # n_routed_experts, Mixtral / gpt-oss num_local_experts
+    model_type = str(config.get("model_type") or text.get("model_type") or "")
+    full, linear, blocks = _layer_kinds(text, layers, source, model_type.lower())
+    # every spelling vLLM's model classes read (MODELS.md 1/issue 17): Qwen-MoE / Jamba num_experts, DeepSeek / Nemotron-H
+    # n_routed_experts, Mixtral / gpt-oss / Llama 4 num_local_experts
     experts = int(_get(text, "num_experts", 0) or _get(text, "n_routed_experts", 0) or _get(text, "num_local_experts", 0) or 0)
-    # Mixtral and gpt-oss have no moe_intermediate_size: their experts are intermediate_size wide
-    # (transformers MixtralSparseMoeBlock / GptOssExperts)
+    # Mixtral, gpt-oss, Jamba and Llama 4 have no moe_intermediate_size: their experts are intermediate_size wide
+    # (transformers MixtralSparseMoeBlock / GptOssExperts, vLLM jamba.py / llama4.py)
     moe_inter = int(_get(text, "moe_intermediate_size", 0) or (_get(text, "intermediate_size", 0) if experts else 0) or 0)
-    # Qwen-MoE shared_expert_intermediate_size; DeepSeek n_shared_experts experts of moe_intermediate_size
-    shared_inter = int(_get(text, "shared_expert_intermediate_size", 0) or (_get(text, "n_shared_experts", 0) or 0) * moe_inter)
-    if experts:
+    # Qwen-MoE shared_expert_intermediate_size; Nemotron-H n_shared_experts x moe_shared_expert_intermediate_size; DeepSeek
+    # n_shared_experts experts of moe_intermediate_size; Llama 4 one shared expert as wide as a routed one (Llama4MoE)
+    shared_count = int(_get(text, "n_shared_experts", 0) or 0)
+    shared_inter = int(_get(text, "shared_expert_intermediate_size", 0)
+                       or shared_count * int(_get(text, "moe_shared_expert_intermediate_size", 0) or 0) or shared_count * moe_inter
+                       or (moe_inter if model_type.lower().startswith("llama4") else 0))
+    # Llama 4's dense layers use intermediate_size_mlp (its intermediate_size is the experts' width)
+    dense_inter = int(_get(text, "intermediate_size_mlp", 0) or _get(text, "intermediate_size", 4 * hidden))
+    mlp_free = 0
+    if blocks is not None:                      # Nemotron-H: MLP and MoE are layers of their own
+        dense_layers, mlp_free = blocks[0], layers - blocks[0] - blocks[1]
+        if not blocks[1]:
+            experts, moe_inter, shared_inter = 0, 0, 0
+    elif experts:
         dense_layers = int(_get(text, "first_k_dense_replace", 0) or 0)
         only = set(_get(text, "mlp_only_layers", []) or [])
         step = int(_get(text, "decoder_sparse_step", 1) or 1)
-        dense_layers = max(dense_layers, sum(1 for i in range(layers) if i in only or (step > 1 and (i + 1) % step != 0)))
+        # Jamba: experts where i % expert_layer_period == expert_layer_offset; Llama 4: where (i + 1) %
+        # interleave_moe_layer_step == 0 (transformers JambaConfig.layers_num_experts, vLLM llama4.py)
+        period, offset = int(_get(text, "expert_layer_period", 1) or 1), int(_get(text, "expert_layer_offset", 0) or 0)
+        interleave = int(_get(text, "interleave_moe_layer_step", 1) or 0)
+        dense_layers = max(dense_layers, sum(1 for i in range(layers) if i in only or (step > 1 and (i + 1) % step != 0)
+                                             or (period > 1 and i % period != offset) or not interleave or (i + 1) % interleave))
     else:
         dense_layers = layers
-    if experts and dense_layers >= layers:      # experts named but no layer uses them (first_k_dense_replace >= layers): dense
+    if experts and dense_layers + mlp_free >= layers:   # experts named but no layer uses them (first_k_dense_replace >= layers)
         experts, moe_inter, shared_inter = 0, 0, 0
     q_cfg = config.get("quantization_config") or text.get("quantization_config") or {}
     block = q_cfg.get("weight_block_size") if isinstance(q_cfg, Mapping) else None
-    model_type = str(config.get("model_type") or text.get("model_type") or "")
     method, bits, group = _quantization(config, text)
     family = _family(model_type, archs[0], experts, linear, model_id)
     window, sliding = _sliding_layers(text, model_type, layers, full)
+    chunk, chunked = _chunked_layers(text, layers, full) if not sliding else (0, 0)
+    # the SSM state's dtype: the config's (Qwen3.5 mamba_ssm_dtype, Nemotron-H mamba_ssm_cache_dtype), else vLLM's default -
+    # float32 for Nemotron-H (models/config.py NemotronHForCausalLMConfig) and, as before, Gated-DeltaNet; the model dtype
+    # ("auto") for the others (Jamba, Falcon-H1: no hook)
+    state = _state_shape(text, hidden, linear, source, model_type.lower())
+    default_ssm = "float32" if state.get("mamba_type") == "gdn" or model_type.lower().startswith("nemotron_h") else "auto"
+    ssm_dtype = str(_get(text, "mamba_ssm_dtype", None) or _get(text, "mamba_ssm_cache_dtype", None) or default_ssm)
     kv_lora = int(_get(text, "kv_lora_rank", 0) or 0)
     vision_cfg = config.get("vision_config")
     theta, scaling = _rope(text)
     params: Dict[str, Any] = dict(
         id=model_id, family=family, architecture=archs[0], hidden_size=hidden, num_layers=layers,
         full_attention_layers=full, linear_attention_layers=linear, num_attention_heads=heads, num_kv_heads=kv,
-        head_dim=head_dim, intermediate_size=int(_get(text, "intermediate_size", 4 * hidden)),
+        head_dim=head_dim, intermediate_size=dense_inter,
         vocab_size=int(_get(text, "vocab_size", required=True, source=source)),
         max_position_embeddings=int(_get(text, "max_position_embeddings", required=True, source=source)),
         torch_dtype=str(_get(text, "torch_dtype", None) or _get(config, "torch_dtype", None) or _get(text, "dtype", "bfloat16")),
@@ -436,7 +584,9 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         linear_key_head_dim=int(_get(text, "linear_key_head_dim", 0) or 0),
         linear_value_head_dim=int(_get(text, "linear_value_head_dim", 0) or 0),
         linear_conv_kernel_dim=int(_get(text, "linear_conv_kernel_dim", 0) or 0),
-        mamba_ssm_dtype=str(_get(text, "mamba_ssm_dtype", "float32")),
+        mamba_ssm_dtype=ssm_dtype, **state, mlp_free_layers=mlp_free,
+        # vLLM models/nemotron_h.py NemotronHMLP: up_proj and down_proj with relu2, no gate (its experts too)
+        mlp_gated=not model_type.lower().startswith("nemotron_h"),
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings", _get(text, "tie_word_embeddings", False))),
         attn_output_gate=bool(_get(text, "attn_output_gate", False)),
         vision=bool(vision_cfg), vision_parameters=_vision_parameters(vision_cfg) if vision_cfg else 0,
@@ -473,6 +623,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     return ModelProfile(weight_bytes=int(weight_bytes), weight_bytes_source=weight_source, thinking=thinking,
                         template_thinking=template_thinking, template_tools=template_tools, thinking_from=thinking_from,
                         model_type=model_type, sliding_window=window, sliding_layers=sliding,
+                        attention_chunk_size=chunk, chunked_layers=chunked,
                         weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
                         provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
                         "0.10.2" if family == "qwen3_next" else "0.8.5", **params)
@@ -713,14 +864,32 @@ def resolve_model(spec: Any, metadata: Optional[Mapping[str, Any]] = None) -> Mo
     raise ModelError(f"model must be a catalog id or a mapping, got {spec!r}")
 
 
-def gdn_state_bytes_per_sequence(m: ModelProfile, tp: int, dtype_bytes: int, spec_tokens: int = 0) -> int:
-    """Gated-DeltaNet conv + recurrent state one sequence holds per GPU (vLLM mamba_utils)."""
-    if not m.is_hybrid:
-        return 0
-    conv = (2 * m.linear_num_key_heads * m.linear_key_head_dim + m.linear_num_value_heads * m.linear_value_head_dim) // tp \
-        * (m.linear_conv_kernel_dim - 1 + spec_tokens) * dtype_bytes
-    recurrent = m.linear_num_value_heads // tp * m.linear_value_head_dim * m.linear_key_head_dim * DTYPE_BYTES.get(m.mamba_ssm_dtype, 4)
-    return m.linear_attention_layers * (conv + recurrent)
+def state_bytes_per_layer(m: ModelProfile, tp: int, dtype_bytes: int, spec_tokens: int = 0) -> int:
+    """Conv + SSM state of one request in one state layer on one GPU: the MambaSpec page before padding (vLLM
+    model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator, the same at 0.26 and 0.33). The conv state is
+    in the model dtype (`dtype_bytes`), the SSM state in mamba_ssm_dtype ("auto": the model dtype).
+      Gated-DeltaNet: conv (k - 1 + spec) x (2 nk dk + nv dv) / tp, ssm (nv / tp) x dv x dk
+      Mamba2:         conv (k - 1 + spec) x (I + 2 G N) / tp, ssm (H / tp) x P x N  (I = H x P; G not divisible by tp
+                      is replicated up to tp groups, extra_groups_for_head_shards)
+      Mamba1:         conv (k - 1) x I / tp, ssm I / tp x N  (I = mamba_expand x hidden_size)"""
+    ssm_bytes = dtype_bytes if m.mamba_ssm_dtype == "auto" else DTYPE_BYTES.get(m.mamba_ssm_dtype, 4)
+    if m.mamba_type == "mamba2":
+        groups = m.mamba_n_groups if m.mamba_n_groups % tp == 0 else tp
+        conv = (m.mamba_intermediate_size + 2 * groups * m.mamba_d_state) // tp * (m.mamba_d_conv - 1 + spec_tokens)
+        ssm = m.mamba_num_heads // tp * m.mamba_head_dim * m.mamba_d_state
+    elif m.mamba_type == "mamba1":
+        conv = m.mamba_intermediate_size // tp * (m.mamba_d_conv - 1)
+        ssm = m.mamba_intermediate_size // tp * m.mamba_d_state
+    else:
+        conv = (2 * m.linear_num_key_heads * m.linear_key_head_dim + m.linear_num_value_heads * m.linear_value_head_dim) // tp \
+            * (m.linear_conv_kernel_dim - 1 + spec_tokens)
+        ssm = m.linear_num_value_heads // tp * m.linear_value_head_dim * m.linear_key_head_dim
+    return conv * dtype_bytes + ssm * ssm_bytes
+
+
+def state_bytes_per_sequence(m: ModelProfile, tp: int, dtype_bytes: int, spec_tokens: int = 0) -> int:
+    """Conv + SSM state one sequence holds per GPU over every state layer (Gated-DeltaNet, Mamba1, Mamba2)."""
+    return m.linear_attention_layers * state_bytes_per_layer(m, tp, dtype_bytes, spec_tokens) if m.is_hybrid else 0
 
 
 def kv_heads_per_rank(m: ModelProfile, tp: int) -> int:
@@ -743,4 +912,5 @@ def kv_bytes_per_token(m: ModelProfile, tp: int, kv_dtype_bytes: int) -> int:
 
 __all__ = ["ModelProfile", "ModelError", "YARN", "yarn_extension", "yarn_limit", "template_traits", "chat_template_of", "CATALOG_IDS",
            "catalog_profile", "resolve_model", "metadata_needed", "in_catalog", "profile_from_config",
-           "profile_from_directory", "kv_bytes_per_token", "kv_bytes_per_layer_token", "gdn_state_bytes_per_sequence", "count_parameters"]
+           "profile_from_directory", "kv_bytes_per_token", "kv_bytes_per_layer_token", "state_bytes_per_layer", "state_bytes_per_sequence",
+           "count_parameters"]

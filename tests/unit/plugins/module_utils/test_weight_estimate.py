@@ -25,6 +25,10 @@ def profile(name: str, model_id: str) -> models.ModelProfile:
     ("deepseek-v3.json", "deepseek-ai/DeepSeek-V3", 671e9),                       # 671B without the 14B MTP module
     ("gpt-oss-20b.json", "openai/gpt-oss-20b", 21e9),
     ("mixtral-8x7b-instruct-v0.1.json", "mistralai/Mixtral-8x7B-Instruct-v0.1", 46.7e9),
+    # Mamba2 mixers in 23 M layers, 128 relu2 experts in 23 E layers, 6 attention layers: 31.6B total on the card
+    ("nemotron-3-nano-30b-a3b.json", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 31.6e9),
+    ("ai21-jamba-1.5-mini.json", "ai21labs/AI21-Jamba-1.5-Mini", 52e9),          # Mamba1 mixers; experts every other layer
+    ("llama-4-scout-17b-16e.json", "meta-llama/Llama-4-Scout-17B-16E", 109e9),    # 16 experts + a shared one in all 48 layers
 ])
 def test_parameter_count_matches_the_model_card(name, model_id, card_total):
     total = sum(models.count_parameters(vars(profile(name, model_id))).values())

@@ -739,6 +739,11 @@ def valid_tp(m: ModelProfile, tp: int) -> Optional[str]:
         return f"{m.num_kv_heads} KV heads are not divisible by {tp}"
     if m.is_hybrid and (m.linear_num_value_heads % tp or m.linear_num_key_heads % tp):
         return f"{m.linear_num_key_heads}/{m.linear_num_value_heads} linear-attention heads are not divisible by {tp}"
+    # MambaMixer2 shards its heads (groups that do not divide are replicated); MambaMixer shards expand x hidden
+    if m.mamba_type == "mamba2" and m.mamba_num_heads % tp:
+        return f"{m.mamba_num_heads} Mamba2 heads are not divisible by {tp}"
+    if m.mamba_type == "mamba1" and m.mamba_intermediate_size % tp:
+        return f"the Mamba mixer's {m.mamba_intermediate_size} channels are not divisible by {tp}"
     return None
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from ansible_collections.llmfleet.serving.plugins.module_utils._planner import kv_pool, memory_model, plan_host, state_pages
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import kv_pool, memory_model, plan_host, state_pages, valid_tp
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "models"
 V26 = (0, 26, 0)
@@ -364,3 +364,11 @@ def test_the_unknown_family_warning_names_the_state_layers():
                                                         "workload": {"max_model_len": 8192}}])
     [warning] = [w for w in plan["warnings"] if "family this planner has no table for" in w]
     assert "full-attention layers" in warning and "mamba2 state layers" in warning
+
+
+def test_tp_must_divide_the_mamba_heads():
+    m = dataclasses.replace(profile(*NANO3), mamba_num_heads=64)
+    assert valid_tp(m, 8) is None       # 32 attention heads, 2 KV heads replicated, 64 Mamba2 heads: all shard 8 ways
+    assert "Mamba2 heads are not divisible by 3" in valid_tp(dataclasses.replace(m, num_attention_heads=48, num_kv_heads=3), 3)
+    jamba = dataclasses.replace(profile("ai21-jamba-1.5-mini.json", "ai21labs/AI21-Jamba-1.5-Mini"), mamba_intermediate_size=8190)
+    assert "Mamba mixer's 8190 channels" in valid_tp(jamba, 4)

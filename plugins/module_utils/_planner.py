@@ -1581,7 +1581,8 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         source, drain_s = serving_source(d, req, m, options, ctx)
         out["model_source"] = source
         out["model_profile"] = {"family": m.family, "weights_gib": _gib(m.weight_bytes), "weight_bytes_source": m.weight_bytes_source,
-                                "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe}
+                                "provenance": m.provenance, "hybrid": m.is_hybrid, "moe": m.is_moe, "thinking": m.thinking,
+                                "thinking_from": m.thinking_from}
         check_engine_runs(m, req)
         m, hf_overrides = extend_context(d, req, m, ctx)
         p = place(d, req, hw, host, taken, ctx)

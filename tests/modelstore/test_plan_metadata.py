@@ -48,8 +48,11 @@ def test_a_model_named_by_hub_id_is_planned_from_its_fetched_config(hub, tmp_pat
     profile = p["deployments"][0]["model_profile"]
     assert profile["weight_bytes_source"] == "sizes of the weight files the hub lists"
     assert profile["provenance"].startswith(f"config.json of llmfleet/tiny-qwen3 fetched from {source} ({hub['url']}) at revision v1.0")
-    # the family (qwen3) gives its parsers: tools on, thinking hybrid
-    assert "--tool-call-parser" in inst["args"] and "--reasoning-parser" in inst["args"]
+    # the family (qwen3) gives its tool parser; the chat template fetched with the metadata (the lab's plain ChatML: no
+    # enable_thinking, no <think>, no tools) decides thinking, over the name, and its missing tools section is warned about
+    assert "--tool-call-parser" in inst["args"] and "--reasoning-parser" not in inst["args"]
+    assert (profile["thinking"], profile["thinking_from"]) == ("none", "its chat template")
+    assert any("does not render the request's `tools`" in w for w in p["warnings"])
     # only metadata moved: the cache holds config files and the manifest, the hub sent no weight
     cache = tmp_path / "cache" / source / "llmfleet" / "tiny-qwen3" / "v1.0"
     assert (cache / "config.json").is_file() and not (cache / "model.safetensors").exists()

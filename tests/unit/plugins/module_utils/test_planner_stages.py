@@ -220,13 +220,12 @@ def test_budget_leaves_cuda_graphs_room_where_the_version_does_not_count_them():
 
 # the sizer: admission
 
-def test_admission_is_what_the_cache_holds_within_vllms_default_and_never_below_the_concurrency():
+def test_admission_is_vllms_default_unless_forced():
+    """Session 14 on the H200: the cap at what the KV cache holds avoided preemption but bought no throughput and cost
+    4.5x the p99 time to first token, so admission is vLLM's default; the reason says what the cache holds."""
     s = staged(deployment(workload={"max_model_len": 8192, "concurrency": 32}), hw_of("h200x1"))
     mem, seqs, length = s.sizer.evaluate(1, 1, "auto")
-    held = int(s.sizer.sized(1, "auto", s.budget.seqs_default)[0].concurrency(length))
-    assert length == 8192 and seqs == min(s.budget.seqs_default, max(32, held)) and 32 < seqs < s.budget.seqs_default
-    s = staged(deployment(workload={"max_model_len": 40960, "concurrency": 64}), hw_of("h200x1"))
-    assert s.sizer.evaluate(1, 1, "auto")[1] == 64          # the cache holds fewer than 64 of 40960: the declared load is admitted
+    assert (seqs, length) == (s.budget.seqs_default, 8192) == (1024, 8192)
     s = staged(deployment(overrides={"max_num_seqs": 7}), hw_of("h200x1"))
     assert s.sizer.evaluate(1, 1, "auto")[1] == 7
 
@@ -234,15 +233,17 @@ def test_admission_is_what_the_cache_holds_within_vllms_default_and_never_below_
 # stage 7: layout
 
 def test_layout_picks_the_smallest_tp_whose_instances_hold_the_declared_load():
-    """Issue 17: 32 requests of 32k on 4 x L40S. Qwen3-32B-FP8 (33 GB of weights): TP=1 x 4 holds 8.4 of them, TP=2 x 2
-    about 24, TP=4 x 1 32: only the widest holds what was declared."""
+    """Issue 17: 32 requests of 32k on 4 x L40S. Qwen3-32B-FP8 (33 GB of weights) does not hold one such request per GPU at
+    TP=1 in bf16 KV; TP=2 x 2 holds about 24 of them, TP=4 x 1 about 32 (fp8 KV on sm89 where the model dtype falls short):
+    the widest holds the most, 1.25x and more of what TP=2 holds, and is taken."""
     s = staged(deployment(model="Qwen/Qwen3-32B-FP8", workload={"max_model_len": 32768, "concurrency": 32}), l40s_x4())
     layout = choose_layout(s.m, s.req, s.p, l40s_x4(), s.sizer, s.ctx)
     assert (layout.tp, layout.instances) == (4, 1)
     why = decision(s.ctx, "tensor_parallel_size")
-    assert "TP=1 x 4: 8.4 with fp8 KV" in why and "TP=2 x 2: 24.2 with fp8 KV" in why and "the smallest TP whose instances hold" in why
+    two, four = (float(why.split(f"TP={t} x {4 // t}: ")[1].split(" ")[0]) for t in (2, 4))
+    assert 20 < two < 28 and four >= 1.25 * two and "with fp8 KV" in why
     sizing = size_instances(s.m, s.req, s.p, layout, s.sizer, s.ctx)
-    assert sizing.kv_dtype == "fp8" and sizing.mem.concurrency(32768) >= 32
+    assert sizing.kv_dtype == "fp8" and abs(sizing.mem.concurrency(32768) - four) < 0.1
 
 
 def test_layout_stays_narrow_when_a_narrow_tp_holds_the_load():

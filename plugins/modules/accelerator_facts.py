@@ -15,6 +15,9 @@ description:
   - Adds C(groups), the groupings the planner places instances by, NVLink islands, fully
     connected NVLink groups, PCIe switch groups and GPUs per NUMA node.
   - A host with none of the tools is a CPU-only host, an empty accelerator list.
+  - Every host also gets its CPU features from C(/proc/cpuinfo) (C(cpu_flags), only those the planner reads,
+    AVX2, AVX-512, AVX-512 BF16/FP16, AMX) and one CPU per physical core of each NUMA node from sysfs
+    C(thread_siblings_list) (C(numa_cores)); the planner chooses the CPU dtype and the OpenMP thread binding from them.
   - A tool that exists but fails, or prints something that cannot be parsed, fails the task with
     the command and the first offending line.
   - Hygon and AMD link types map onto nvidia-smi's words, XGMI becomes C(NV<hops>), PCIe inside one
@@ -97,6 +100,8 @@ ansible_facts:
             numa_node: 0
         links: [["X"]]
         numa_cpus: {"0": "0-15"}
+        numa_cores: {"0": "0-15"}
+        cpu_flags: [avx2, avx512f, avx512_bf16, avx512_fp16, amx_tile, amx_bf16, amx_int8]
         cpu_count: 16
         memory_mib: 131072
         driver_version: "580.159.04"
@@ -135,9 +140,11 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import 
     HardwareError,
     assemble,
     expand_cpulist,
+    parse_cpu_flags,
     parse_meminfo_mib,
     read_numa_cpus,
     read_pci_numa,
+    read_thread_siblings,
     summary_lines,
 )
 
@@ -167,7 +174,13 @@ def capture_host():
             cpus = len(expand_cpulist(handle.read().strip()))
     except OSError:
         cpus = os.cpu_count() or 1
-    return {"numa_cpus": read_numa_cpus(), "pci_numa": read_pci_numa(), "memory_mib": memory, "cpu_count": cpus}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            flags = parse_cpu_flags(handle.read())
+    except OSError:
+        flags = None
+    return {"numa_cpus": read_numa_cpus(), "pci_numa": read_pci_numa(), "memory_mib": memory, "cpu_count": cpus,
+            "cpu_flags": flags, "thread_siblings": read_thread_siblings()}
 
 
 def capture_nvidia(module, binary):

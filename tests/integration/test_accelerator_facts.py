@@ -16,7 +16,8 @@ import pathlib
 import pytest
 from llmfleet_testing import ROOT, run_ansible, stand_in_script
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import expand_cpulist
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import (
+    expand_cpulist, parse_cpu_flags, physical_cores, read_numa_cpus, read_thread_siblings)
 
 FIXTURES = pathlib.Path(ROOT) / "tests" / "fixtures" / "hardware"
 H200_RAW = json.loads((FIXTURES / "h200x1-accelerator-facts" / "raw.json").read_text())
@@ -73,6 +74,12 @@ def test_real_h200_outputs(bin_dir):
     assert facts["cpu_count"] == len(expand_cpulist(online))
     with open("/sys/devices/system/node/node0/cpulist", encoding="ascii") as handle:
         assert facts["numa_cpus"]["0"] == handle.read().strip()
+    # and its CPU features and physical cores, from /proc/cpuinfo and sysfs
+    with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        assert facts.get("cpu_flags") == parse_cpu_flags(handle.read())
+    cores = physical_cores(read_numa_cpus(), read_thread_siblings())
+    assert facts.get("numa_cores") == ({str(n): c for n, c in cores.items()} or None)
+    assert any(line.startswith("CPU: features ") for line in host["summary"])
     checked = gather(bin_dir, "--check")
     assert checked["ansible_facts"] == host["ansible_facts"] and checked["changed"] is False
 

@@ -385,3 +385,100 @@ def test_groupings_pcie_switch_and_mixed():
 def test_cpulist_round_trip():
     assert hw.compress_cpulist([8, 0, 1, 2, 5, 7]) == "0-2,5,7-8"
     assert hw.expand_cpulist(hw.compress_cpulist([3, 4, 10])) == [3, 4, 10]
+
+
+# --- CPU features and physical cores (tests/fixtures/hardware/cpu/SOURCE.md) --------------------
+
+CPU = FIXTURES / "cpu"
+
+
+def sysfs_tree(root: pathlib.Path, capture: str) -> pathlib.Path:
+    """Write a `grep -H . /sys/...` capture back as files under root (/sys/devices/system -> root)."""
+    for line in capture.splitlines():
+        path, _, value = line.partition(":")
+        target = root / path.removeprefix("/sys/devices/system/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(value + "\n")
+    return root
+
+
+def test_cpu_flags_of_the_lab_epyc_avx512_bf16_without_amx():
+    assert hw.parse_cpu_flags((CPU / "epyc-2cpu-kvm.cpuinfo.txt").read_text()) == ["avx2", "avx512f", "avx512_bf16"]
+
+
+def test_cpu_flags_of_the_h200_host_xeon_with_amx():
+    flags = hw.parse_cpu_flags((CPU / "xeon-amx-16cpu-kvm.cpuinfo.txt").read_text())
+    assert flags == ["avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"]
+    # lscpu's one-line Flags: of the same machine kind (captured three days earlier) reads the same
+    assert hw.parse_cpu_flags((FIXTURES / "h200x1" / "host-cpu-numa.txt").read_text()) == flags
+
+
+def test_cpu_flags_are_those_every_cpu_lists_and_unknown_without_a_flags_line():
+    text = (CPU / "xeon-amx-16cpu-kvm.cpuinfo.txt").read_text()
+    first, last = text.split("\n\n", 1)
+    # a CPU that lacks AMX (say, the kernel hides it on one) makes the host lack it
+    assert hw.parse_cpu_flags(first + "\n\n" + last.replace(" amx_bf16", "")) == \
+        ["avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8"]
+    assert hw.parse_cpu_flags("processor\t: 0\nflags\t\t: fpu sse sse2\n") == []
+    assert hw.parse_cpu_flags("processor\t: 0\nFeatures\t: fp asimd evtstrm aes bf16 sve\n") is None   # aarch64
+    assert hw.parse_cpu_flags("") is None
+
+
+def test_physical_cores_of_the_two_socket_smt_layout(tmp_path):
+    root = sysfs_tree(tmp_path, (CPU / "xeon-8481c-2s-smt.sysfs.txt").read_text())
+    numa = hw.read_numa_cpus(str(root / "node"))
+    siblings = hw.read_thread_siblings(str(root / "cpu"))
+    assert numa == {0: "0-21,88-109", 1: "22-43,110-131", 2: "44-65,132-153", 3: "66-87,154-175"}
+    assert len(siblings) == 176 and siblings[100] == "12,100"
+    cores = hw.physical_cores(numa, siblings)
+    assert cores == {0: "0-21", 1: "22-43", 2: "44-65", 3: "66-87"}
+    assert sum(len(hw.expand_cpulist(c)) for c in cores.values()) == 88        # 2 sockets x 44 cores
+
+
+@pytest.mark.parametrize("name, cores", [("epyc-2cpu-kvm", {0: "0-1"}), ("xeon-amx-16cpu-kvm", {0: "0-15"})])
+def test_physical_cores_without_smt_are_all_cpus(tmp_path, name, cores):
+    root = sysfs_tree(tmp_path, (CPU / f"{name}.sysfs.txt").read_text())
+    numa = hw.read_numa_cpus(str(root / "node"))
+    assert hw.physical_cores(numa, hw.read_thread_siblings(str(root / "cpu"))) == cores == numa
+
+
+def test_physical_cores_keep_the_lowest_sibling_inside_the_node_and_guess_nothing():
+    # siblings 0,4 / 1,5 / 2,6 / 3,7 on one node; node 1 has a CPU whose siblings are not known: left out
+    siblings = {c: f"{c % 4},{c % 4 + 4}" for c in range(8)}
+    assert hw.physical_cores({0: "0-7", 1: "8-9"}, siblings) == {0: "0-3"}
+    # sibling lists reaching outside the node (numbering that does not follow sockets) stay inside it
+    assert hw.physical_cores({0: "4-7"}, siblings) == {0: "4-7"}
+    assert hw.physical_cores({0: "0-7"}, {}) == {}
+
+
+def test_assemble_turns_the_capture_into_cpu_flags_and_numa_cores(tmp_path):
+    root = sysfs_tree(tmp_path, (CPU / "xeon-8481c-2s-smt.sysfs.txt").read_text())
+    host = {"numa_cpus": hw.read_numa_cpus(str(root / "node")), "cpu_count": 176, "memory_mib": 354304,
+            "cpu_flags": ["avx2", "avx512f", "avx512_bf16"], "thread_siblings": hw.read_thread_siblings(str(root / "cpu"))}
+    facts = json.loads(json.dumps(hw.assemble({"commands": {}, "host": host})))     # as the module returns them
+    assert facts["cpu_flags"] == ["avx2", "avx512f", "avx512_bf16"]
+    assert facts["numa_cores"] == {"0": "0-21", "1": "22-43", "2": "44-65", "3": "66-87"}
+    assert hw.validate_hardware(facts)["numa_cores"] == {0: "0-21", 1: "22-43", 2: "44-65", 3: "66-87"}
+    assert hw.summary_lines(facts)[1] == ("CPU: features avx2 avx512f avx512_bf16; physical cores per NUMA node "
+                                          "0=0-21 (22), 1=22-43 (22), 2=44-65 (22), 3=66-87 (22)")
+    # a capture made before these facts existed (the H200 one) gives neither key: facts unchanged
+    old = hw.assemble({"commands": {}, "host": {"numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105}})
+    assert "cpu_flags" not in old and "numa_cores" not in old and len(hw.summary_lines(old)) == 2
+    none = hw.assemble({"commands": {}, "host": {"numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "cpu_flags": []}})
+    assert none["cpu_flags"] == [] and hw.summary_lines(none)[1].startswith("CPU: features none of avx2 avx512f")
+
+
+def test_declared_cpu_facts_are_optional_and_checked():
+    base = {"accelerators": [], "links": None, "numa_cpus": {0: "0-7,16-23", 1: "8-15,24-31"}, "cpu_count": 32, "memory_mib": 65536,
+            "driver_version": None}
+    assert "cpu_flags" not in hw.validate_hardware(base) and "numa_cores" not in hw.validate_hardware(base)
+    ok = hw.validate_hardware(dict(base, cpu_flags=["amx_bf16", "amx_tile", "amx_bf16"], numa_cores={"0": "0-7", "1": "8-15"}))
+    assert ok["cpu_flags"] == ["amx_bf16", "amx_tile"] and ok["numa_cores"] == {0: "0-7", 1: "8-15"}
+    with pytest.raises(hw.HardwareError, match=r"cpu_flags='amx_bf16': expected a list of CPU flags"):
+        hw.validate_hardware(dict(base, cpu_flags="amx_bf16"))
+    with pytest.raises(hw.HardwareError, match=r"numa_cores\['1'\]='8-15,32': must be CPUs of the node \(8-15,24-31\)"):
+        hw.validate_hardware(dict(base, numa_cores={"0": "0-7", "1": "8-15,32"}))
+    with pytest.raises(hw.HardwareError, match=r"numa_cores\['2'\]: node 2 is not in numa_cpus"):
+        hw.validate_hardware(dict(base, numa_cores={"2": "0-7"}))
+    with pytest.raises(hw.HardwareError, match=r"numa_cores must map node to a CPU list"):
+        hw.validate_hardware(dict(base, numa_cores=["0-7"]))

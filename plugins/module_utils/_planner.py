@@ -1336,7 +1336,7 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
     n = len(p.gpus)
     first = ((f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce") if candidates[0] == 1 else
              "NVLink between every pair: the smallest TP that fits leaves the most replicas for throughput" if kind == "nvlink_all" else
-             f"the GPUs share one NUMA node: the smallest TP that fits leaves the most replicas, all-reduce stays off the CPU interconnect")
+             "the GPUs share one NUMA node: the smallest TP that fits leaves the most replicas, all-reduce stays off the CPU interconnect")
     if req.max_len == "auto":
         tp = candidates[0]
         ctx.why(f"tensor_parallel_size={tp}", first + "; max_model_len is auto, so its KV cache sets the length (with a declared "

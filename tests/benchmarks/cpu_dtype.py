@@ -62,7 +62,7 @@ def cpu_description() -> Dict[str, Any]:
     name, flags = "unknown", set()
     with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
         for line in handle:
-            key, _, value = line.partition(":")
+            key, _sep, value = line.partition(":")
             if key.strip() == "model name" and name == "unknown":
                 name = value.strip()
             elif key.strip() == "flags" and not flags:
@@ -125,7 +125,7 @@ def phase(port: int, served: str, streams: int, requests: int, max_tokens: int, 
         for i in indices:
             try:
                 got = one(port, served, i, max_tokens)
-            except Exception as exc:  # pylint: disable=broad-except - reported in the table, never hidden
+            except Exception as exc:  # pylint: disable=broad-except  # reported in the table, never hidden
                 with lock:
                     errors.append(f"{type(exc).__name__}: {exc}")
                 return

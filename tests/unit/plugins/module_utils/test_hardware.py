@@ -395,7 +395,7 @@ CPU = FIXTURES / "cpu"
 def sysfs_tree(root: pathlib.Path, capture: str) -> pathlib.Path:
     """Write a `grep -H . /sys/...` capture back as files under root (/sys/devices/system -> root)."""
     for line in capture.splitlines():
-        path, _, value = line.partition(":")
+        path, _sep, value = line.partition(":")
         target = root / path.removeprefix("/sys/devices/system/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(value + "\n")

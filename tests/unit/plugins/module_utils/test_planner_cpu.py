@@ -115,7 +115,7 @@ def test_weights_and_kv_cache_follow_the_chosen_dtype():
 def two_socket_smt(tmp_path):
     """Facts gathered from the two-socket SMT layout (Xeon 8481C: 4 nodes of 22 cores + their 22 siblings)."""
     for line in (CPU / "xeon-8481c-2s-smt.sysfs.txt").read_text().splitlines():
-        path, _, value = line.partition(":")
+        path, _sep, value = line.partition(":")
         target = tmp_path / path.removeprefix("/sys/devices/system/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(value + "\n")

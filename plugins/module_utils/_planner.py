@@ -137,7 +137,8 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "engine.cuda": "The CUDA level engine.image is built with (\"12.9\"), for the driver check.",
     "overrides.tensor_parallel_size": "GPUs per instance; must divide the model's heads and the GPUs assigned.",
     "overrides.instances": "How many instances (default: GPUs / TP).",
-    "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere, float32 on CPUs).",
+    "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere; on CPUs "
+                       "bfloat16 with AMX or AVX-512 BF16, else float32).",
     "overrides.quantization": "--quantization instead of the checkpoint's own.",
     "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it).",
     "overrides.attention_backend": "A vLLM attention backend name (the planner spells it for the version).",

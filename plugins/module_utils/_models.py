@@ -56,10 +56,10 @@ class ModelProfile:
     quant_method: Optional[str] = None          # None (the torch_dtype), fp8, gptq, awq, ...
     quant_bits: Optional[int] = None
     quant_group_size: Optional[int] = None
-    # compressed-tensors' scheme (W8A8-INT8, WNA16, NVFP4, MXFP4, W4A8-FP8, W8A16-FP8 ...): vLLM's floor is per scheme
+    # compressed-tensors' scheme (W8A8-INT8, WNA16, NVFP4, MXFP4, W4A8-FP8): vLLM's floor is per scheme
     quant_scheme: Optional[str] = None
     # the checkpoint's own KV-cache quantization (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
-    # "fp8" makes --kv-cache-dtype auto store fp8 (MODELS.md 1)
+    # "fp8": FP8 scales the plan uses with --kv-cache-dtype fp8 (vLLM's auto picks them up for ModelOpt only, MODELS.md 1)
     kv_cache_quant: Optional[str] = None
     weight_bytes: int = 0                       # bytes of the weights the engine loads
     weight_bytes_source: str = "estimated from the config"
@@ -360,10 +360,11 @@ def _ct_scheme(q: Mapping[str, Any]) -> Optional[str]:
     wf, bits = w.get("type") == "float", w.get("num_bits")
     if wf and bits == 4:
         return "NVFP4" if w.get("group_size") == 16 else "MXFP4"
+    # FP8 weights never reach here as a scheme: _quantization reads them as fp8 (the FP8 rules and floors apply)
     if not a:
-        return "W8A16-FP8" if wf and bits == 8 else "WNA16" if bits in (4, 8) else None
+        return "WNA16" if not wf and bits in (4, 8) else None
     if a.get("type") == "float" and a.get("num_bits") == 8:
-        return "W8A8-FP8" if wf and bits == 8 else "W4A8-FP8" if bits == 4 else None
+        return "W4A8-FP8" if not wf and bits == 4 else None
     if a.get("type") == "int" and a.get("num_bits") == 8 and bits == 8:
         return "W8A8-INT8"
     return None
@@ -371,7 +372,7 @@ def _ct_scheme(q: Mapping[str, Any]) -> Optional[str]:
 
 def _kv_cache_quant(q: Mapping[str, Any]) -> Optional[str]:
     """fp8 when the checkpoint carries FP8 KV-cache scales (ModelOpt's kv_cache_quant_algo, compressed-tensors'
-    kv_cache_scheme), which switch vLLM's --kv-cache-dtype auto to fp8 (MODELS.md 1)."""
+    kv_cache_scheme), which vLLM uses with --kv-cache-dtype fp8 (its auto resolves to fp8 for ModelOpt only, MODELS.md 1)."""
     algo = str(q.get("kv_cache_quant_algo") or "").upper()
     scheme = q.get("kv_cache_scheme") if isinstance(q.get("kv_cache_scheme"), Mapping) else {}
     if algo == "FP8" or (scheme.get("type") == "float" and scheme.get("num_bits") == 8):
@@ -384,10 +385,14 @@ def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Tuple[Opti
     if not q:
         return None, None, None
     method = str(q.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors") or None
-    if not method and q.get("quant_algo"):
-        # ModelOpt's hf_quant_config.json (read as quantization_config): quant_algo FP8 -> modelopt, NVFP4 -> modelopt_fp4
+    if method in (None, "modelopt", "modelopt_fp4") and q.get("quant_algo"):
+        # ModelOpt: hf_quant_config.json (read as quantization_config) or config.json's quant_method modelopt: quant_algo
+        # FP8 -> modelopt, NVFP4 -> modelopt_fp4 (MODELS.md 2); another algorithm is named so that the plan refuses it
         algo = str(q["quant_algo"]).upper()
-        return ("modelopt", 8, None) if algo == "FP8" else ("modelopt_fp4", 4, 16) if algo == "NVFP4" else (f"modelopt:{algo}", None, None)
+        if algo not in ("FP8", "NVFP4"):
+            raise ModelError(f"quantization_config.quant_algo {q['quant_algo']!r}: a ModelOpt algorithm the planner does not know "
+                             "(FP8 and NVFP4 are planned); give overrides.quantization, or plan a checkpoint of a known algorithm")
+        return ("modelopt", 8, None) if algo == "FP8" else ("modelopt_fp4", 4, 16)
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
         weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
@@ -498,9 +503,14 @@ def chat_template_of(path: str) -> Optional[str]:
     tokenizer = os.path.join(path, "tokenizer_config.json")
     if not os.path.isfile(tokenizer):
         return None
-    template = (_read_json(tokenizer) or {}).get("chat_template")
+    try:
+        data = _read_json(tokenizer)
+    except ModelError:
+        return None                 # advisory metadata: a broken tokenizer_config.json leaves the template unknown, not the plan
+    template = data.get("chat_template") if isinstance(data, Mapping) else None
     if isinstance(template, list):
-        return "\n".join(str(t.get("template", "")) for t in template if isinstance(t, Mapping)) or None
+        named = [t["template"] for t in template if isinstance(t, Mapping) and isinstance(t.get("template"), str) and t["template"]]
+        return "\n".join(named) or None
     return template if isinstance(template, str) and template else None
 
 

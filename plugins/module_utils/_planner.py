@@ -18,7 +18,7 @@ from typing import AbstractSet, Any, Callable, Dict, FrozenSet, List, Mapping, O
 
 from ._engine import (
     ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC,
-    MOE_WNA16_AFFECTED, NEWEST, QUANT_SCHEME_MIN_CC,
+    MOE_WNA16_AFFECTED, NEWEST, QUANT_MIN_CC_BEFORE_017, QUANT_SCHEME_MIN_CC,
     NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC, QUANT_REMOVED, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
     EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, parse_version, vstr,
@@ -30,7 +30,7 @@ from ._host_needs import (
 )
 from ._models import (
     CATALOG, DTYPE_BYTES, ModelError, ModelProfile, catalog_profile, kv_bytes_per_layer_token, kv_bytes_per_token, kv_heads_per_rank,
-    resolve_model, state_bytes_per_layer, state_bytes_per_sequence, yarn_extension, yarn_limit,
+    YARN, resolve_model, state_bytes_per_layer, state_bytes_per_sequence, yarn_extension, yarn_limit,
 )
 
 GIB = 1024 ** 3
@@ -228,6 +228,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             bad = sorted(set(value) - allowed)
             if bad:
                 raise PlanError(f"{where}[{i}].{key} has unknown keys {bad}; known: {sorted(allowed)}")
+        _check_overrides(d.get("overrides") or {}, f"{where}[{i}].overrides")
         w = d.get("workload") or {}
         mml = w.get("max_model_len", "auto")
         if not (mml == "auto" or (isinstance(mml, int) and not isinstance(mml, bool) and mml > 0)):
@@ -264,6 +265,25 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         if "cuda" in engine and not re.fullmatch(r"\d+\.\d+", str(engine["cuda"])):
             raise PlanError(f"{where}[{i}].engine.cuda={engine['cuda']!r}: the CUDA level the image is built with, e.g. \"12.9\"")
     return [dict(d) for d in deployments]
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_overrides(o: Mapping[str, Any], where: str) -> None:
+    """The overrides' numbers and switches, before any planning (a wrong type is malformed input, not an impossible plan)."""
+    for key in ("tensor_parallel_size", "instances", "max_num_seqs", "max_num_batched_tokens", "cpu_kvcache_space_gib"):
+        if key in o and not _whole(o[key]):
+            raise PlanError(f"{where}.{key}={o[key]!r}: a whole number of at least 1")
+    if "max_model_len" in o and not (o["max_model_len"] == "auto" or _whole(o["max_model_len"])):
+        raise PlanError(f"{where}.max_model_len={o['max_model_len']!r}: a positive number of tokens or 'auto'")
+    util = o.get("gpu_memory_utilization")
+    if util is not None and not (isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1):
+        raise PlanError(f"{where}.gpu_memory_utilization={util!r}: a fraction above 0 and at most 1, e.g. 0.9")
+    for key in ("enforce_eager", "expert_parallel"):
+        if key in o and not isinstance(o[key], bool):
+            raise PlanError(f"{where}.{key}={o[key]!r}: true or false")
 
 
 def _check_extras(d: Mapping[str, Any], where: str) -> None:
@@ -380,8 +400,8 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
         return None
     alternatives = _alternatives(m, vendor, cc, version, fits)
     if not alternatives and fits is not None and _alternatives(m, vendor, cc, version):
-        alternatives = ""
-        errors_suffix = f"; {_alternatives(m, vendor, cc, version)} would run on sm{cc} but does not fit these GPUs"
+        errors_suffix = (f"; {_alternatives(m, vendor, cc, version)} would run on "
+                         f"{f'sm{cc}' if vendor == 'nvidia' else arch} but does not fit these GPUs")
     else:
         errors_suffix = ""
     if vendor == "nvidia":
@@ -437,6 +457,9 @@ def _quant_floor(m: ModelProfile, version: Version) -> Tuple[int, str]:
     (0, "") for a method the planner has no floor for."""
     method = str(m.quant_method)
     if method == "compressed-tensors" and m.quant_scheme in QUANT_SCHEME_MIN_CC:
+        if m.quant_scheme in QUANT_MIN_CC_BEFORE_017 and version < FP8_WEIGHT_ONLY_SINCE:
+            return QUANT_MIN_CC_BEFORE_017[m.quant_scheme], (f"the {m.quant_scheme} scheme's get_min_capability before 0.17 "
+                                                             "(KNOWLEDGE.md 1: 8.0 at 0.11, 7.5 at 0.17)")
         return QUANT_SCHEME_MIN_CC[m.quant_scheme], f"the {m.quant_scheme} scheme's get_min_capability (MODELS.md 2)"
     if method == "modelopt":
         (old, old_cc), (new, new_cc) = MODELOPT_FP8_MIN_CC
@@ -445,6 +468,8 @@ def _quant_floor(m: ModelProfile, version: Version) -> Tuple[int, str]:
         return old_cc, (f"ModelOpt FP8's get_min_capability: {old_cc // 10}.{old_cc % 10} at {vstr(old)}, {new_cc // 10}.{new_cc % 10} "
                         f"at {vstr(new)}; {vstr(version)} was not read, the stricter one is assumed")
     if method in QUANT_MIN_CC:
+        if method in QUANT_MIN_CC_BEFORE_017 and version < FP8_WEIGHT_ONLY_SINCE:
+            return QUANT_MIN_CC_BEFORE_017[method], f"{method}'s get_min_capability before 0.17 (KNOWLEDGE.md 1: 8.0 at 0.11)"
         return QUANT_MIN_CC[method], f"{method}'s get_min_capability (MODELS.md 2)"
     return 0, ""
 
@@ -473,7 +498,7 @@ def _fits_somewhere(sizer: "Sizer", p: "Placement", gpus: int) -> Callable[[Mode
     def fits(alt: ModelProfile) -> bool:
         # the variant in the dtype stage 5 would give it (float16 for GPTQ/AWQ and below sm80), silently
         other = replace(sizer, m=alt, dtype=_dtype(alt, p.vendor, p.arch, p.cc, alt.quant_method, Ctx([]), None))
-        return any(other.fits(t, kv, gpus) for t in _tp_choices(alt, gpus) if not fp8_block_problems(alt, t)[0] for kv in kv_dtypes)
+        return any(other.fits(t, kv) for t in _tp_choices(alt, gpus) if not fp8_block_problems(alt, t)[0] for kv in kv_dtypes)
     return fits
 
 
@@ -598,6 +623,18 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
 # first version with the checkpoint block is not known: 0.32 is the first read.
 HYBRID_PREFIX_CACHING_SINCE: Version = (0, 28, 0)
 MAMBA2_PREFILL_CHECKPOINT_SINCE: Version = (0, 32, 0)
+# Llama 4's chunked local layers keep a chunk per request only with the hybrid allocator on for them: off by default from
+# PR #21761 (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0), on again from PR #29627; the first release read with it
+# on is 0.32 (config/vllm.py). Before it they are counted as full attention: more KV than vLLM may need, never less.
+CHUNKED_LOCAL_HYBRID_SINCE: Version = (0, 32, 0)
+
+
+def as_allocated(m: ModelProfile, version: Version) -> ModelProfile:
+    """The model as vLLM's KV-cache manager of `version` allocates it: chunked local layers as full attention before
+    CHUNKED_LOCAL_HYBRID_SINCE."""
+    if m.chunked_layers and version < CHUNKED_LOCAL_HYBRID_SINCE:
+        return replace(m, chunked_layers=0)
+    return m
 
 
 def state_pages(m: ModelProfile, version: Version) -> int:
@@ -695,7 +732,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     """One GPU of an instance, the way vLLM's profiler accounts it (KNOWLEDGE.md 4). `capture` is the
     largest CUDA-graph capture size (vLLM's default, min(2 x max_num_seqs, 512), when not given)."""
     act_bytes = DTYPE_BYTES.get(dtype, 2)
-    kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else (1 if m.kv_cache_quant == "fp8" else act_bytes)
+    kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else act_bytes
     weights = m.weight_bytes / tp
     if m.is_moe:
         inter = (m.experts_per_token * m.moe_intermediate_size + m.shared_expert_intermediate_size) / tp
@@ -714,7 +751,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     if graphs and m.is_mla:
         graphs += GRAPH_GIB_MLA * GIB
     kv = gpu_bytes * util - weights - activation - non_torch - counted
-    pool = kv_pool(m, tp, kv, kv_bytes, act_bytes, max_batched)
+    pool = kv_pool(as_allocated(m, version), tp, kv, kv_bytes, act_bytes, max_batched)
     # the plan leaves prefix caching at vLLM's default: on for hybrid models from 0.28, their state groups then align
     return replace(pool, total=gpu_bytes, utilization=util, weights=weights, activation=activation, non_torch=non_torch,
                    cudagraph=graphs, state_pages=state_pages(m, version))
@@ -777,6 +814,8 @@ def valid_tp(m: ModelProfile, tp: int) -> Optional[str]:
     # MambaMixer2 shards its heads (groups that do not divide are replicated); MambaMixer shards expand x hidden
     if m.mamba_type == "mamba2" and m.mamba_num_heads % tp:
         return f"{m.mamba_num_heads} Mamba2 heads are not divisible by {tp}"
+    if m.mamba_type == "mamba2" and m.mamba_n_groups > 1 and m.mamba_n_groups % tp:
+        return f"{m.mamba_n_groups} Mamba2 groups are not divisible by {tp} (MambaMixer2 replicates only a single group)"
     if m.mamba_type == "mamba1" and m.mamba_intermediate_size % tp:
         return f"the Mamba mixer's {m.mamba_intermediate_size} channels are not divisible by {tp}"
     return None
@@ -1025,7 +1064,8 @@ def extend_context(d: Mapping[str, Any], req: Request, m: ModelProfile, ctx: Ctx
         return m, None
     found = yarn_extension(m, int(req.max_len))
     if found is None:
-        return m, None             # stage 7 (or the CPU sizing) refuses the length, naming the context
+        raise Refusal(f"{req.name}: max_model_len {req.max_len} exceeds {m.id}'s context of {m.max_position_embeddings} tokens"
+                      + _no_yarn(m))
     factor, native = found
     if any(str(a).split("=", 1)[0] == "--hf-overrides" for a in d.get("extra_args") or []):
         raise Refusal(f"{req.name}: max_model_len {req.max_len} needs YaRN (rope scaling x{factor:g} over {m.id}'s native {native} "
@@ -1050,7 +1090,10 @@ def _no_yarn(m: ModelProfile) -> str:
     native, most = yarn_limit(m)
     if native:
         return f"; YaRN, which its model card documents up to x{most:g}, reaches {int(native * most)}"
-    return f"; no YaRN extension is documented for {m.family} (_models.YARN) or its config lacks rope_theta"
+    if m.family in YARN and not m.rope_theta:
+        return (f"; its family documents YaRN, but its config.json gives no rope_theta, which the --hf-overrides must carry "
+                "(transformers 5 keeps it inside the rope dict): lower max_model_len, or give the config with rope_theta")
+    return f"; no YaRN extension is documented for {m.family} (_models.YARN)"
 
 
 def place(d: Mapping[str, Any], req: Request, hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ctx: Ctx) -> Placement:
@@ -1129,7 +1172,7 @@ def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> T
     fits = None
     if p.accs:     # a variant a refusal names must itself fit these GPUs (stage 6's budget, computed here silently)
         fits = _fits_somewhere(Sizer(m, p.vendor, req.version, gpu_budget(req, p, eager, Ctx([])), "bfloat16", eager, req.max_len,
-                                     req.concurrency, None), p, len(p.gpus))
+                                     None), p, len(p.gpus))
     quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"), fits)
     dtype = _dtype(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"), p.cpu_flags)
     if "concurrency" not in req.workload:
@@ -1179,7 +1222,6 @@ class Sizer:
     dtype: str
     eager: bool
     max_len: Union[int, str]
-    concurrency: int
     forced_seqs: Optional[int]
 
     def sized(self, tp: int, kv_dtype: str, seqs: int) -> Tuple[Memory, int]:
@@ -1190,16 +1232,16 @@ class Sizer:
         length = min(self.m.max_position_embeddings, mem.longest()) if self.max_len == "auto" else int(self.max_len)
         return mem, length
 
-    def evaluate(self, tp: int, instances: int, kv_dtype: str) -> Tuple[Memory, int, int]:
+    def evaluate(self, tp: int, kv_dtype: str) -> Tuple[Memory, int, int]:
         """Memory, max_num_seqs and max_model_len of one instance. max_num_seqs (admission) is vLLM's default unless the
         inventory forces one: a cap must pay for itself in a measurement, and on the H200 the cap at what the KV cache
-        holds did not (ADMISSION_EVIDENCE). `instances` is kept for the callers that weigh layouts."""
+        holds did not (ADMISSION_EVIDENCE)."""
         seqs = self.forced_seqs if self.forced_seqs is not None else self.budget.seqs_default
         mem, length = self.sized(tp, kv_dtype, seqs)
         return mem, seqs, length
 
-    def fits(self, tp: int, kv_dtype: str, gpus: int) -> bool:
-        mem, _seqs, length = self.evaluate(tp, max(1, gpus // tp), kv_dtype)
+    def fits(self, tp: int, kv_dtype: str) -> bool:
+        mem, _seqs, length = self.evaluate(tp, kv_dtype)
         return length > 0 and mem.fits(length)
 
 
@@ -1235,12 +1277,15 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
     """Stage 7 (GPUs): TP by the links between the GPUs and the goal, instances, expert parallelism where the FP8 block
     requires it, and fp8 KV where no TP holds max_model_len in the model's dtype."""
     name, o, n, vendor, cc = req.name, req.overrides, len(p.gpus), p.vendor, p.cc
-    if req.max_len != "auto" and int(req.max_len) > m.max_position_embeddings:
-        raise Refusal(f"{name}: max_model_len {req.max_len} exceeds {m.id}'s context of {m.max_position_embeddings} tokens"
-                      + _no_yarn(m))
     kind, domains = _domains(p.gpus, hw)
     kv_forced = o.get("kv_cache_dtype")
     kv_dtype = kv_forced or "auto"
+    if not kv_forced and m.kv_cache_quant == "fp8" and _fp8_kv_sound(p):
+        # vLLM's auto turns fp8 only for ModelOpt, and only from PR #30785; the flag uses the checkpoint's scales on every version
+        kv_dtype = "fp8"
+        ctx.why("kv_cache_dtype=fp8", "the checkpoint carries FP8 KV-cache scales (ModelOpt kv_cache_quant_algo or compressed-tensors "
+                "kv_cache_scheme): --kv-cache-dtype fp8 uses them on every vLLM version (auto resolves to fp8 only for ModelOpt "
+                "checkpoints, and only in recent releases)")
     ep_forced = o.get("expert_parallel")
     try:
         tps, block_excluded, ep_needed = _tp_sizes(m, n, ep_forced, ctx)
@@ -1264,10 +1309,10 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
         tp = int(forced_tp)
         ctx.why(f"tensor_parallel_size={tp}", "forced by overrides")
     else:
-        fitting = [t for t in tps if sizer.fits(t, kv_dtype, n)]
-        if not fitting and _fp8_kv_sound(p) and not kv_forced and any(sizer.fits(t, "fp8", n) for t in tps):
+        fitting = [t for t in tps if sizer.fits(t, kv_dtype)]
+        if not fitting and _fp8_kv_sound(p) and not kv_forced and any(sizer.fits(t, "fp8") for t in tps):
             kv_dtype = "fp8"
-            fitting = [t for t in tps if sizer.fits(t, "fp8", n)]
+            fitting = [t for t in tps if sizer.fits(t, "fp8")]
             ctx.why("kv_cache_dtype=fp8", f"max_model_len {req.max_len} does not fit in a {m.torch_dtype} KV cache on any TP up to {n}; "
                     f"fp8 KV halves the bytes per token (sound on {p.arch if vendor != 'nvidia' else f'sm{cc}'})")
         if not fitting:
@@ -1277,12 +1322,21 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
                                        if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
                                     for t, why in sorted(block_excluded.items())))
         tp = _choose_tp(m, req, p, kind, domains, fitting, sizer, kv_dtype, ctx)
-    instances = int(o.get("instances", n // tp))
+    # over PCIe an instance stays inside one NUMA node where TP allows (gpu_instances): nodes of unequal size place fewer
+    inside_nodes = kind == "pcie" and tp <= max(len(g) for g in domains)
+    placeable = sum(len(g) // tp for g in domains) if inside_nodes else n // tp
+    instances = int(o.get("instances", placeable))
     if instances * tp > n:
         raise Refusal(f"{name}: {instances} instances x TP={tp} need {instances * tp} GPUs; {n} are assigned")
+    if instances > placeable:
+        raise Refusal(f"{name}: {instances} instances x TP={tp} do not fit inside the NUMA nodes' GPUs "
+                      f"({', '.join(str(len(g)) for g in domains)}); at most {placeable}: lower overrides.instances, or give gpus "
+                      "that fill whole nodes")
     if n - instances * tp:
-        ctx.warn(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances)")
-    ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}")
+        ctx.warn(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances"
+                 + (", each inside one NUMA node)" if inside_nodes and placeable < n // tp else ")"))
+    ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}" + (f", each instance inside one NUMA node ({placeable} fit)"
+                                                              if inside_nodes and placeable < n // tp else ""))
     if tp in ep_needed:
         ctx.why("expert_parallel=true", f"{m.id} is block-quantized FP8: at TP={tp} {ep_needed[tp]}, which vLLM refuses at load "
                 "(fp8.py, MODELS.md 2); --enable-expert-parallel places whole experts on each GPU instead of slicing them"
@@ -1300,7 +1354,7 @@ def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: 
     domain_size = max(len(g) for g in domains)
     goal = req.goal
     if goal == "throughput" and (fitting[0] == 1 or kind == "nvlink_all" or (kind == "pcie" and len(domains) == 1)):
-        return _weigh_tp(m, req, p, [t for t in fitting if t <= domain_size] or fitting[:1], sizer, kv_dtype, kind, ctx)
+        return _weigh_tp(m, req, p, sorted(t for t in fitting if t <= domain_size) or fitting[:1], sizer, kv_dtype, kind, ctx)
     if kind == "nvlink_all":
         tp = max(fitting)
         ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: the widest TP gives the lowest latency")
@@ -1348,20 +1402,23 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
 
     def held(t: int) -> Tuple[float, str]:
         """Requests of max_model_len the TP=t layout holds, and in which KV dtype (fp8 only where auto falls short, as in stage 8)."""
-        together = (n // t) * sizer.evaluate(t, max(1, n // t), kv_dtype)[0].concurrency(length)
+        together = (n // t) * sizer.evaluate(t, kv_dtype)[0].concurrency(length)
         if together >= req.concurrency or not fp8:
             return together, kv_dtype
-        return max((together, kv_dtype), ((n // t) * sizer.evaluate(t, max(1, n // t), "fp8")[0].concurrency(length), "fp8"))
+        return max((together, kv_dtype), ((n // t) * sizer.evaluate(t, "fp8")[0].concurrency(length), "fp8"))
 
     holds = {t: held(t) for t in candidates}
     enough = [t for t in candidates if holds[t][0] >= req.concurrency]
     if enough:
         tp = enough[0]
     else:
+        # widen only while each step holds WIDER_TP_GAIN x what every narrower layout holds: a TP that gains a few percent
+        # over the next narrower one is not taken for its gain over the narrowest
         tp = candidates[0]
-        for t in candidates[1:]:
-            if holds[t][0] >= WIDER_TP_GAIN * holds[tp][0]:
-                tp = t
+        for k, t in enumerate(candidates[1:], start=1):
+            if holds[t][0] < WIDER_TP_GAIN * max(holds[c][0] for c in candidates[:k]):
+                break
+            tp = t
     said = {t: f"TP={t} x {n // t}: {holds[t][0]:.1f}" + (" with fp8 KV" if holds[t][1] == "fp8" else "") for t in candidates}
     table = f"requests of {length} tokens held at once: " + ", ".join(said[t] for t in candidates)
     if tp == candidates[0]:
@@ -1369,7 +1426,8 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
                 f"; no TP holds the {req.concurrency} declared and no wider one {WIDER_TP_GAIN}x as many ({table})"))
     else:
         ctx.why(f"tensor_parallel_size={tp}", (f"the smallest TP whose instances hold the {req.concurrency} declared" if enough else
-                f"no TP holds the {req.concurrency} declared; this one holds at least {WIDER_TP_GAIN}x as many as the narrower ones")
+                f"no TP holds the {req.concurrency} declared; each step up to this one holds at least {WIDER_TP_GAIN}x as many as "
+                "every narrower layout, the next does not")
                 + f" ({table}): a wider TP splits the weights and leaves each GPU more KV cache"
                 + (", and NVLink links every pair" if kind == "nvlink_all" else ""))
     return tp
@@ -1380,20 +1438,17 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
     holds fewer requests than the deployment declares per instance and fp8 holds more."""
     o, tp, kv_dtype = req.overrides, layout.tp, layout.kv_dtype
     kv_forced = o.get("kv_cache_dtype")
-    mem, seqs, length = sizer.evaluate(tp, layout.instances, kv_dtype)
+    mem, seqs, length = sizer.evaluate(tp, kv_dtype)
     needed = math.ceil(req.concurrency / layout.instances)
     fp8_ok = _fp8_kv_sound(p)
     if not kv_forced and kv_dtype == "auto" and fp8_ok and mem.concurrency(length) < needed:
-        mem8, seqs8, length8 = sizer.evaluate(tp, layout.instances, "fp8")
+        mem8, seqs8, length8 = sizer.evaluate(tp, "fp8")
         if mem8.concurrency(length8 if req.max_len == "auto" else length) > mem.concurrency(length):
             kv_dtype = "fp8"
             ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {mem.concurrency(length):.1f} requests of {length} tokens per instance, "
                     f"{needed} are wanted; fp8 KV halves the bytes per token (sound on {p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'})")
             mem, seqs, length = mem8, seqs8, length8
-    if kv_dtype == "auto" and not kv_forced and m.kv_cache_quant == "fp8":
-        ctx.why("kv_cache_dtype=auto", "the checkpoint carries FP8 KV-cache scales, so vLLM's auto stores the KV cache in fp8 "
-                "(1 byte per element, MODELS.md 1)")
-    elif kv_dtype == "auto" and not kv_forced:
+    if kv_dtype == "auto" and not kv_forced:
         ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(length) >= needed
                 else ("fp8 KV is not sound on this architecture" if not fp8_ok else "fp8 KV would not change the outcome"))
     elif kv_forced:
@@ -1408,7 +1463,9 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, sizer.budget.seqs_default, needed, mem.concurrency(length), length))
     if mem.concurrency(length) < needed:
         ctx.warn(f"{req.name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
-                 f"{needed} were asked for: longer requests will queue (shorter max_model_len, fp8 KV or more GPUs help)")
+                 f"{needed} were asked for: when that many run at full length vLLM preempts (recomputes) the newest "
+                 "(overrides.max_num_seqs at what the cache holds makes them queue instead; a shorter max_model_len, fp8 KV or "
+                 "more GPUs hold more)")
     return Sizing(mem, seqs, length, kv_dtype)
 
 
@@ -1535,8 +1592,6 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
                 f"auto: the longest request of which {concurrency} fit at once {where} (the model allows {m.max_position_embeddings})")
     else:
         length = int(req.max_len)
-    if length > m.max_position_embeddings:
-        raise Refusal(f"{name}: max_model_len {length} exceeds {m.id}'s context of {m.max_position_embeddings} tokens" + _no_yarn(m))
     need_gib = max(1, math.ceil(per_token * length * concurrency / GIB))
     space = int(o.get("cpu_kvcache_space_gib", min(need_gib, max(0, int(spare // GIB)))))
     if space < 1 or spare < GIB:
@@ -1545,7 +1600,7 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
     # the state pages a hybrid model's requests hold at vLLM's defaults (prefix caching on from 0.28), as on GPUs
-    pool = replace(kv_pool(m, 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
+    pool = replace(kv_pool(as_allocated(m, req.version), 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
                            CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0
@@ -1642,7 +1697,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
             out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, source, drain_s, hw, options, ports, ctx)]
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
-            sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len, req.concurrency,
+            sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len,
                           int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None)
             layout = choose_layout(m, req, p, hw, sizer, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
@@ -1708,7 +1763,7 @@ def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: C
 def _does_not_fit(name: str, m: ModelProfile, tp: int, sizer: "Sizer", p: "Placement", req: "Request") -> str:
     """What does not fit, with the numbers, and what would: only hints that are themselves planned to fit."""
     n, gpu_mib, max_len_req = len(p.gpus), p.accs[0]["memory_mib"], req.max_len
-    mem = sizer.evaluate(tp, max(1, n // tp), "auto")[0]
+    mem = sizer.evaluate(tp, "auto")[0]
     have = max(0.0, mem.kv)
     if mem.kv <= 0:
         text = (f"{name}: {m.id} does not fit on {n} x {gpu_mib / 1024:.0f} GiB GPUs: {_gib(mem.weights)} GiB of weights per GPU at TP={tp} "
@@ -1719,7 +1774,7 @@ def _does_not_fit(name: str, m: ModelProfile, tp: int, sizer: "Sizer", p: "Place
                 f"{_gib(have)} GiB is left after {_gib(mem.weights)} GiB of weights; the longest request that fits is {mem.longest()} tokens")
     alt = _alternatives(m, p.vendor, p.cc, req.version, _fits_somewhere(sizer, p, n))
     more = [alt] if alt else []
-    wider = next((t for t in _tp_choices(m, 16) if t > n and not fp8_block_problems(m, t)[0] and sizer.fits(t, "auto", t)), None)
+    wider = next((t for t in _tp_choices(m, 16) if t > n and not fp8_block_problems(m, t)[0] and sizer.fits(t, "auto")), None)
     more.append(f"{wider} of these GPUs (TP={wider}, planned to fit)" if wider else "larger GPUs")
     if mem.kv > 0:
         more.append(f"max_model_len <= {mem.longest()}")

@@ -345,6 +345,8 @@ FIXES: Dict[str, str] = {
     "is older than": f"Pin engine.version {engine.vstr(engine.OLDEST)} or newer.",
     "no longer has": "Use a checkpoint in a format this vLLM has (the matrix in README.md), or pin an older engine.version.",
     "context of {…} tokens": "Lower workload.max_model_len to the model's context (or use auto).",
+    "a whole number of at least 1": "Write the overrides key the message names as a whole number, or remove it to let the planner decide.",
+    ": true or false": "Write the overrides key the message names as true or false (a YAML boolean, not a string).",
     "does not fit on": "The message ends with what would fit, each planned to fit (a quantized variant, how many GPUs, a shorter max_model_len).",
     "GPU(s) are free on": "Lower gpus, or free GPUs taken by another deployment of the host.",
     "instances x TP=": "Lower overrides.instances or overrides.tensor_parallel_size.",

@@ -372,3 +372,20 @@ def test_tp_must_divide_the_mamba_heads():
     assert "Mamba2 heads are not divisible by 3" in valid_tp(dataclasses.replace(m, num_attention_heads=48, num_kv_heads=3), 3)
     jamba = dataclasses.replace(profile("ai21-jamba-1.5-mini.json", "ai21labs/AI21-Jamba-1.5-Mini"), mamba_intermediate_size=8190)
     assert "Mamba mixer's 8190 channels" in valid_tp(jamba, 4)
+
+
+def test_chunked_local_layers_count_as_full_attention_before_vllm_032():
+    """Llama 4's chunks are kept per request only with the hybrid allocator on for them (off by default from PR #21761, on
+    again by 0.32, the first release read): before, every attention layer holds the whole length."""
+    m = profile("llama-4-scout-17b-16e.json", "meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    assert m.chunked_layers
+    old = memory_model(m, 2, 140 * GIB, 0.9, (0, 26, 0), "bfloat16", "auto", 256, 8192, False)
+    new = memory_model(m, 2, 140 * GIB, 0.9, (0, 32, 0), "bfloat16", "auto", 256, 8192, False)
+    assert old.local_groups == 0 and new.local_groups > 0
+    assert new.concurrency(262144) > 2 * old.concurrency(262144)
+
+
+def test_tp_must_divide_the_mamba2_groups_unless_there_is_one():
+    m = dataclasses.replace(profile(*NANO3), mamba_n_groups=2)
+    assert "2 Mamba2 groups are not divisible by 4" in valid_tp(m, 4)
+    assert valid_tp(dataclasses.replace(m, mamba_n_groups=1), 4) is None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
+
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import chat_template_of, profile_from_directory, template_traits
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
@@ -96,3 +98,20 @@ def test_a_tool_parser_over_a_template_without_tools_is_warned(tmp_path):
     plan = plan_host("h", hardware_profile("h200x1"), [{"name": "q", "model": {"id": "acme/qwen3-chatml", "path": str(tmp_path)},
                                                         "engine": {"version": "0.26.0"}, "workload": {"max_model_len": 8192}}])
     assert not any("does not render" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize("content", [
+    {"chat_template": [{"name": "default"}, {"name": "tool_use"}]},      # named templates without a template
+    {"chat_template": [{"name": "default", "template": None}]},
+    {"chat_template": None},
+    ["not", "a", "mapping"],
+])
+def test_a_tokenizer_config_without_a_usable_template_leaves_the_template_unknown(tmp_path, content):
+    """Then the name decides, as before templates were read: a Qwen3 (hybrid by its name) keeps its reasoning parser."""
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(content))
+    assert chat_template_of(str(tmp_path)) is None
+
+
+def test_a_broken_tokenizer_config_does_not_stop_the_plan(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{% if')
+    assert chat_template_of(str(tmp_path)) is None

@@ -17,7 +17,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine import pa
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import validate_hardware
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
-    WIDER_TP_GAIN, Ctx, Refusal, Sizer, check_deployments, check_engine_runs, choose_features, choose_layout, choose_model,
+    WIDER_TP_GAIN, Ctx, PlanError, Refusal, Sizer, check_deployments, check_engine_runs, choose_features, choose_layout, choose_model,
     choose_precision, engine_build, extend_context, gpu_budget, place, plan_deployment, plan_host, read_request, size_cpu,
     size_instances,
 )
@@ -52,8 +52,7 @@ def staged(d, hw, host="h"):
     precision, problems = choose_precision(m, req, p, ctx)
     assert problems == []
     budget = gpu_budget(req, p, precision.eager, ctx)
-    sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len, req.concurrency,
-                  req.overrides.get("max_num_seqs"))
+    sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len, req.overrides.get("max_num_seqs"))
     return types.SimpleNamespace(ctx=ctx, req=req, m=m, p=p, precision=precision, budget=budget, sizer=sizer)
 
 
@@ -128,17 +127,18 @@ def test_yarn_is_off_within_the_context_and_for_auto():
         assert overrides is None and m.max_position_embeddings == 40960 and ctx.reasons == []
 
 
-def test_yarn_beyond_the_card_or_for_a_checkpoint_that_scales_rope_leaves_the_refusal_to_the_layout():
-    m, overrides, _ctx = yarn(length=200000)
-    assert overrides is None
-    s = staged(deployment(workload={"max_model_len": 200000}), hw_of("h200x1"))
+def test_a_length_beyond_what_yarn_reaches_or_for_a_checkpoint_that_scales_rope_is_refused_in_this_stage():
     with pytest.raises(Refusal, match=r"exceeds Qwen/Qwen3-8B's context of 40960 tokens; YaRN, which its model card documents up to "
                                       r"x4, reaches 131072"):
-        choose_layout(s.m, s.req, s.p, hw_of("h200x1"), s.sizer, s.ctx)
+        yarn(length=200000)
     llama = json.loads((pathlib.Path(__file__).resolve().parents[4] / "tests/fixtures/models/llama-3.1-8b-instruct.json").read_text())
     spec = {"id": "meta-llama/Llama-3.1-8B-Instruct", "config": llama["config"]}
-    m, overrides, _ctx = yarn(model=spec, length=262144)
-    assert overrides is None and m.rope_scaling == "llama3"
+    with pytest.raises(Refusal, match=r"the checkpoint already scales RoPE: llama3"):
+        yarn(model=spec, length=262144)
+    fixture = json.loads((pathlib.Path(__file__).resolve().parents[4] / "tests/fixtures/models/qwen3-235b-a22b-fp8.json").read_text())
+    spec = {"id": "Qwen/Qwen3-235B-A22B-FP8", "config": {k: v for k, v in fixture["config"].items() if k != "rope_theta"}}
+    with pytest.raises(Refusal, match=r"its family documents YaRN, but its config.json gives no rope_theta"):
+        yarn(model=spec, length=65536)
 
 
 def test_yarn_refuses_an_extra_args_hf_overrides_it_would_clash_with():
@@ -223,10 +223,10 @@ def test_admission_is_vllms_default_unless_forced():
     """Session 14 on the H200: the cap at what the KV cache holds avoided preemption but bought no throughput and cost
     4.5x the p99 time to first token, so admission is vLLM's default; the reason says what the cache holds."""
     s = staged(deployment(workload={"max_model_len": 8192, "concurrency": 32}), hw_of("h200x1"))
-    mem, seqs, length = s.sizer.evaluate(1, 1, "auto")
+    _mem, seqs, length = s.sizer.evaluate(1, "auto")
     assert (seqs, length) == (s.budget.seqs_default, 8192) == (1024, 8192)
     s = staged(deployment(overrides={"max_num_seqs": 7}), hw_of("h200x1"))
-    assert s.sizer.evaluate(1, 1, "auto")[1] == 7
+    assert s.sizer.evaluate(1, "auto")[1] == 7
 
 
 # stage 7: layout
@@ -268,11 +268,8 @@ def test_layout_with_auto_length_keeps_the_smallest_tp_that_fits():
     assert "max_model_len is auto" in decision(s.ctx, "tensor_parallel_size")
 
 
-def test_layout_refuses_a_length_beyond_the_models_context_and_an_impossible_forced_tp():
+def test_layout_refuses_an_impossible_forced_tp():
     hw = hw_of("h200_sxm_8x")
-    s = staged(deployment(workload={"max_model_len": 10 ** 6}), hw)
-    with pytest.raises(Refusal, match=r"exceeds Qwen/Qwen3-8B's context of 40960"):
-        choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
     s = staged(deployment(overrides={"tensor_parallel_size": 3}), hw)
     with pytest.raises(Refusal, match=r"tensor_parallel_size 3 cannot be used"):
         choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
@@ -335,3 +332,45 @@ def test_plan_host_folds_the_deployments_together():
     assert [i["gpus"] for i in a["instances"]] == [[2], [3]]
     assert len({i["port"] for d in plan["deployments"] for i in d["instances"]}) == 4
     assert parse_version(a["engine_version"]) == (0, 26, 0)
+
+
+def test_widening_compares_each_step_with_every_narrower_layout():
+    """Qwen3-14B on 8 x H200, 400 requests of 40960: TP=1 x 8 holds about 252, TP=2 x 4 287 (1.14x), TP=4 x 2 306, TP=8 x 1
+    315. No step gains 1.25x over the layouts below it, so the plan stays at TP=1 (8 replicas, no all-reduce); TP=8 gains
+    1.25x over TP=1 only, and one instance of TP=8 was what a comparison with the narrowest alone picked (review, issue 17)."""
+    hw = hw_of("h200_sxm_8x")
+    s = staged(deployment(model="Qwen/Qwen3-14B", workload={"max_model_len": 40960, "concurrency": 400}), hw)
+    layout = choose_layout(s.m, s.req, s.p, hw, s.sizer, s.ctx)
+    why = decision(s.ctx, "tensor_parallel_size")
+    held = {t: float(why.split(f"TP={t} x {8 // t}: ")[1].split(" ")[0].rstrip(",)")) for t in (1, 2, 4, 8)}
+    assert held[8] >= WIDER_TP_GAIN * held[1] and held[2] < WIDER_TP_GAIN * held[1]
+    assert layout.tp == 1 and "no wider one" in why
+
+
+def test_pcie_nodes_of_unequal_size_place_only_whole_instances():
+    """4 GPUs split 3 + 1 over two NUMA nodes: a TP=2 instance fits only in the larger node."""
+    gpus = [{"index": i, "vendor": "nvidia", "model": "NVIDIA L40S", "arch": "sm89", "compute_capability": "8.9", "memory_mib": 46068,
+             "numa_node": 0 if i < 3 else 1, "uuid": f"GPU-{i}"} for i in range(4)]
+    links = [["X" if i == j else ("NODE" if (i < 3) == (j < 3) else "SYS") for j in range(4)] for i in range(4)]
+    hw = validate_hardware({"accelerators": gpus, "links": links, "numa_cpus": {0: "0-15", 1: "16-31"}, "cpu_count": 32,
+                            "memory_mib": 256 * 1024, "driver_version": "580.65.06"}, source="test")
+    plan = plan_host("h", hw, [{"name": "d", "model": "Qwen/Qwen3-32B", "engine": {"version": "0.26.0"},
+                                "workload": {"max_model_len": 8192, "concurrency": 8}}])
+    [inst] = plan["deployments"][0]["instances"]
+    assert inst["tensor_parallel_size"] == 2 and inst["gpus"] == [0, 1]
+    assert any("2 of its GPUs stay idle" in w and "inside one NUMA node" in w for w in plan["warnings"])
+    forced = plan_host("h", hw, [{"name": "d", "model": "Qwen/Qwen3-32B", "engine": {"version": "0.26.0"},
+                                  "workload": {"max_model_len": 8192}, "overrides": {"tensor_parallel_size": 2, "instances": 2}}])
+    assert any("do not fit inside the NUMA nodes' GPUs (3, 1); at most 1" in e for e in forced["errors"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"instances": 0}, r"overrides.instances=0: a whole number of at least 1"),
+    ({"max_model_len": "32k"}, r"overrides.max_model_len='32k': a positive number of tokens or 'auto'"),
+    ({"max_num_seqs": 0}, r"overrides.max_num_seqs=0"),
+    ({"gpu_memory_utilization": 1.5}, r"a fraction above 0 and at most 1"),
+    ({"enforce_eager": "yes"}, r"overrides.enforce_eager='yes': true or false"),
+])
+def test_malformed_overrides_fail_before_planning_naming_the_value(overrides, message):
+    with pytest.raises(PlanError, match=message):
+        check_deployments([{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}, "overrides": overrides}], "h")

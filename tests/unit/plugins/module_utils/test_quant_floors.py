@@ -101,9 +101,11 @@ def test_modelopt_fp8_from_its_side_file_with_fp8_kv_scales(tmp_path):
     assert (m.quant_method, m.kv_cache_quant) == ("modelopt", "fp8")
     model = {"id": "nvidia/Llama-3.1-8B-Instruct-FP8", "path": folder}
     [inst] = plan(model, "h200x1")["deployments"][0]["instances"]
-    # auto stores fp8 with the checkpoint's scales: half the bytes of the bf16 KV of the same architecture
-    assert inst["kv_cache_dtype"] == "auto" and inst["memory"]["kv_bytes_per_token_per_gpu"] == 32 * 2 * 8 * 128 * 1
-    assert "FP8 KV-cache scales" in next(r["why"] for r in inst["reasons"] if r["decision"] == "kv_cache_dtype=auto")
+    # the scales are used with --kv-cache-dtype fp8, said on the command line (vLLM's auto picks them up for ModelOpt only, and
+    # only in recent releases): half the bytes of the bf16 KV of the same architecture
+    assert inst["kv_cache_dtype"] == "fp8" and inst["args"][inst["args"].index("--kv-cache-dtype") + 1] == "fp8"
+    assert inst["memory"]["kv_bytes_per_token_per_gpu"] == 32 * 2 * 8 * 128 * 1
+    assert "FP8 KV-cache scales" in next(r["why"] for r in inst["reasons"] if r["decision"] == "kv_cache_dtype=fp8")
 
 
 def test_modelopt_fp8_floor_follows_the_version(tmp_path):
@@ -113,3 +115,21 @@ def test_modelopt_fp8_floor_follows_the_version(tmp_path):
     between = plan(model, "a100_sxm_8x_80gb", "0.26.0")["errors"]
     assert any("0.26.0 was not read, the stricter one is assumed" in e for e in between)
     assert plan(model, "h100_sxm_8x", "0.26.0")["errors"] == []
+
+
+def test_modelopt_written_into_config_json_is_read_by_its_algorithm():
+    """Newer ModelOpt exports put quant_method modelopt and quant_algo into config.json: NVFP4 is modelopt_fp4 (sm75 from
+    0.17), not ModelOpt FP8 (sm89 at 0.20)."""
+    model = llama({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, "nvidia/Llama-3.1-8B-NVFP4")
+    m = profile_from_config(model["config"], model["id"])
+    assert (m.quant_method, m.kv_cache_quant) == ("modelopt_fp4", "fp8")
+    assert plan(model, "a100_sxm_8x_80gb")["errors"] == []
+    with pytest.raises(Exception, match=r"quant_algo 'MIXED_PRECISION': a ModelOpt algorithm the planner does not know"):
+        profile_from_config(llama({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"})["config"], "x")
+
+
+def test_wna16_floor_was_ampere_before_017():
+    """KNOWLEDGE.md 1: compressed-tensors WNA16 needed sm80 at vLLM 0.11, sm75 from 0.17 (Marlin)."""
+    early = plan(llama(SCHEMES["WNA16"]), "t4x4", "0.11.0")
+    assert any("compressed-tensors WNA16; sm75 cannot run it in vLLM 0.11.0 (needs sm80+" in e for e in early["errors"])
+    assert plan(llama(SCHEMES["WNA16"]), "t4x4", "0.17.0")["errors"] == []

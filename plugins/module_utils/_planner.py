@@ -1091,7 +1091,7 @@ def _no_yarn(m: ModelProfile) -> str:
     if native:
         return f"; YaRN, which its model card documents up to x{most:g}, reaches {int(native * most)}"
     if m.family in YARN and not m.rope_theta:
-        return (f"; its family documents YaRN, but its config.json gives no rope_theta, which the --hf-overrides must carry "
+        return ("; its family documents YaRN, but its config.json gives no rope_theta, which the --hf-overrides must carry "
                 "(transformers 5 keeps it inside the rope dict): lower max_model_len, or give the config with rope_theta")
     return f"; no YaRN extension is documented for {m.family} (_models.YARN)"
 
@@ -1335,8 +1335,8 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
     if n - instances * tp:
         ctx.warn(f"{name}: {n - instances * tp} of its GPUs stay idle (TP={tp} x {instances} instances"
                  + (", each inside one NUMA node)" if inside_nodes and placeable < n // tp else ")"))
-    ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}" + (f", each instance inside one NUMA node ({placeable} fit)"
-                                                              if inside_nodes and placeable < n // tp else ""))
+    split = f", each instance inside one NUMA node ({placeable} fit)" if inside_nodes and placeable < n // tp else ""
+    ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}" + split)
     if tp in ep_needed:
         ctx.why("expert_parallel=true", f"{m.id} is block-quantized FP8: at TP={tp} {ep_needed[tp]}, which vLLM refuses at load "
                 "(fp8.py, MODELS.md 2); --enable-expert-parallel places whole experts on each GPU instead of slicing them"
@@ -1425,10 +1425,10 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
         ctx.why(f"tensor_parallel_size={tp}", first + (f"; it holds the {req.concurrency} declared ({table})" if enough else
                 f"; no TP holds the {req.concurrency} declared and no wider one {WIDER_TP_GAIN}x as many ({table})"))
     else:
-        ctx.why(f"tensor_parallel_size={tp}", (f"the smallest TP whose instances hold the {req.concurrency} declared" if enough else
+        head = (f"the smallest TP whose instances hold the {req.concurrency} declared" if enough else
                 f"no TP holds the {req.concurrency} declared; each step up to this one holds at least {WIDER_TP_GAIN}x as many as "
                 "every narrower layout, the next does not")
-                + f" ({table}): a wider TP splits the weights and leaves each GPU more KV cache"
+        ctx.why(f"tensor_parallel_size={tp}", head + f" ({table}): a wider TP splits the weights and leaves each GPU more KV cache"
                 + (", and NVLink links every pair" if kind == "nvlink_all" else ""))
     return tp
 

@@ -115,7 +115,9 @@ def engine(request) -> Engine:
 
 # Deployments that switch on what the reference inventories leave off, by hardware profile.
 EXTRA = [
-    ("h200x1", {"name": "moe-graphs", "model": "Qwen/Qwen3-30B-A3B", "workload": {"max_model_len": 8192, "concurrency": 32}}),
+    # admission below 256 (forced: the plan admits vLLM's default) keeps the MoE capture range with --max-cudagraph-capture-size
+    ("h200x1", {"name": "moe-graphs", "model": "Qwen/Qwen3-30B-A3B", "workload": {"max_model_len": 8192, "concurrency": 32},
+                "overrides": {"max_num_seqs": 64}}),
     ("h100_sxm_8x", {"name": "text-only", "model": "Qwen/Qwen3.5-27B-FP8", "gpus": 2,
                      "workload": {"max_model_len": 32768, "vision": False, "thinking": True}}),
     ("a100_sxm_8x_80gb", {"name": "knobs", "model": "Qwen/Qwen3-30B-A3B", "gpus": 2, "workload": {"max_model_len": 16384},

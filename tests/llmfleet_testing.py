@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from typing import Dict, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,3 +106,18 @@ def h200_model(model_id: str):
         with open(os.path.join(ROOT, spec["config"]), encoding="utf-8") as handle:
             spec = {**spec, "config": json.load(handle)["config"]}
     return spec
+
+
+def wait_healthy(server: "subprocess.Popen", port: int, budget_s: float, started: float) -> Optional[float]:
+    """Seconds from `started` (time.monotonic) until http://127.0.0.1:port/health answers 200; None when the server
+    exits first or `budget_s` runs out (the caller shows its log)."""
+    while time.monotonic() - started < budget_s:
+        if server.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return time.monotonic() - started
+        except OSError:
+            time.sleep(1)
+    return None

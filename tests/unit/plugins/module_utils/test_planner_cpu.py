@@ -164,3 +164,57 @@ def test_kv_cache_of_both_dtypes_is_what_vllm_logged_in_the_benchmark():
     f32 = instance(dict(lab, cpu_flags=["avx2", "avx512f"]), dep)
     assert (bf16["dtype"], bf16["memory"]["kv_cache_tokens"], bf16["memory"]["max_concurrency_at_max_len"]) == ("bfloat16", 46592, 22.75)
     assert (f32["dtype"], f32["memory"]["kv_cache_tokens"], f32["memory"]["max_concurrency_at_max_len"]) == ("float32", 23296, 11.38)
+
+
+# --- KV-cache dtype on CPU hosts --------------------------------------------------------------------
+
+def smollm_dep(**overrides):
+    config = json.loads((ROOT / "tests" / "fixtures" / "models" / "smollm2-135m-instruct.json").read_text())["config"]
+    return {"name": "s", "model": {"id": "HuggingFaceTB/SmolLM2-135M-Instruct", "config": config}, "engine": {"version": "0.32.0"},
+            "workload": {"max_model_len": 2048, "concurrency": 4, "tools": False},
+            "overrides": {"cpu_kvcache_space_gib": 1, **overrides}}
+
+
+def test_fp8_kv_on_a_cpu_with_avx512_doubles_the_tokens_of_the_same_space():
+    """The crosscheck (tests/crosscheck, qwen3-fp8kv) started vLLM CPU 0.32 with such a plan: its log agreed exactly."""
+    lab = cpu_host(numa_cpus={0: "0-1"}, cpu_count=2, memory_mib=24105, cpu_flags=EPYC_FLAGS)
+    bf16, fp8 = instance(lab, smollm_dep()), instance(lab, smollm_dep(kv_cache_dtype="fp8"))
+    assert bf16["kv_cache_dtype"] == "auto" and "--kv-cache-dtype" not in bf16["args"]
+    assert fp8["kv_cache_dtype"] == "fp8" and fp8["args"][fp8["args"].index("--kv-cache-dtype") + 1] == "fp8"
+    assert fp8["memory"]["kv_bytes_per_token"] * 2 == bf16["memory"]["kv_bytes_per_token"]
+    assert fp8["memory"]["kv_cache_tokens"] == 2 * bf16["memory"]["kv_cache_tokens"] == 2 * 46592
+    assert why(fp8, "kv_cache_dtype=fp8").startswith("forced by overrides")
+
+
+@pytest.mark.parametrize("flags", [["avx2"], []])
+def test_fp8_kv_without_avx512_or_amx_is_refused_naming_the_flags(flags):
+    plan = plan_host("h", cpu_host(cpu_flags=flags), [smollm_dep(kv_cache_dtype="fp8")])
+    [error] = plan["errors"]
+    assert "overrides.kv_cache_dtype fp8" in error and "AVX-512 or AMX" in error and "remove the override" in error
+    assert ("avx2" if flags else "none of the ones the planner reads") in error
+
+
+def test_fp8_kv_with_unknown_flags_is_planned_and_says_what_vllm_checks():
+    inst = instance(cpu_host(), smollm_dep(kv_cache_dtype="fp8"))
+    assert inst["kv_cache_dtype"] == "fp8" and "flags are not known" in why(inst, "kv_cache_dtype=fp8")
+
+
+def test_fp8_kv_is_refused_for_mla_and_for_head_sizes_vllm_cpu_cannot_take():
+    mla = json.loads((ROOT / "tests" / "fixtures" / "models" / "deepseek-v2-lite-chat.json").read_text())["config"]
+    dep = {**smollm_dep(kv_cache_dtype="fp8"), "model": {"id": "deepseek-ai/DeepSeek-V2-Lite-Chat", "config": mla},
+           "overrides": {"kv_cache_dtype": "fp8"}}
+    [error] = plan_host("h", cpu_host(memory_mib=128 * 1024, cpu_flags=EPYC_FLAGS), [dep])["errors"]
+    assert "CPU_MLA" in error and "remove the override" in error
+    odd = smollm_dep(kv_cache_dtype="fp8")
+    odd["model"]["config"] = dict(odd["model"]["config"], head_dim=48)
+    [error] = plan_host("h", cpu_host(cpu_flags=EPYC_FLAGS), [odd])["errors"]
+    assert "head size divisible by 32" in error and "is 48" in error
+
+
+def test_a_checkpoints_fp8_kv_scales_are_named_and_the_cache_stays_in_the_model_dtype():
+    dep = smollm_dep()
+    dep["model"]["config"] = dict(dep["model"]["config"], quantization_config={
+        "quant_method": "compressed-tensors", "kv_cache_scheme": {"type": "float", "num_bits": 8}})
+    inst = instance(cpu_host(cpu_flags=EPYC_FLAGS), dep)
+    assert inst["kv_cache_dtype"] == "auto" and "--kv-cache-dtype" not in inst["args"]
+    assert "fp8 KV-cache scales" in why(inst, "kv_cache_dtype=auto") and "overrides.kv_cache_dtype: fp8" in why(inst, "kv_cache_dtype=auto")

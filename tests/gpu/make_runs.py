@@ -50,8 +50,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "models"
 CARRY_ARGS = {"hybrid": ["--additional-config", '{"gdn_prefill_backend": "triton"}']}
 
 
-def plan_one(model, served: str, tools: bool = True) -> tuple:
-    dep = {"name": served, "model": model, "workload": {"max_model_len": MAX_LEN, "concurrency": 32, "goal": "throughput",
+def plan_one(model, served: str, tools: bool = True, max_len: int = MAX_LEN) -> tuple:
+    dep = {"name": served, "model": model, "workload": {"max_model_len": max_len, "concurrency": 32, "goal": "throughput",
                                                         "thinking": False, "tools": tools},
            "engine": {"version": ENGINE}}
     plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
@@ -73,6 +73,26 @@ def fixture_runs() -> list:
         runs.append({**base, "label": f"{kind}-plan", "config": "planner", "args": inst["args"][1:], "env": {}, "deployment": dep,
                      "planned": inst["memory"], "startup_budget": 420})
         runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
+    return runs
+
+
+# Memory only (device_run.py --no-bench): gpt-oss-20b planned at 32,768 tokens, where its sliding-window layers keep the
+# window plus the tokens in flight per request - 2 x max_num_batched_tokens with vLLM 0.26's asynchronous scheduling, one
+# before (_planner.in_flight_tokens) - while at 8,192 the length caps both. vLLM's "Maximum concurrency" tells which.
+WINDOW_RUNS = [("gptoss", "openai/gpt-oss-20b", "gpt-oss-20b.json", 32768)]
+
+
+def window_runs() -> list:
+    runs = []
+    for kind, model_id, fixture, max_len in WINDOW_RUNS:
+        served = model_id.rsplit("/", maxsplit=1)[-1].lower()
+        config = json.loads((FIXTURES / fixture).read_text())["config"]
+        dep, inst = plan_one({"id": model_id, "config": config}, served, True, max_len)
+        dep = {**dep, "model": {"id": model_id, "config": f"tests/fixtures/models/{fixture}"}}
+        runs.append({"model": model_id, "model_dir": model_id.rsplit("/", maxsplit=1)[-1], "served": served, "port": inst["port"],
+                     "bench": FIXTURE_BENCH, "carry_args": [], "label": f"{kind}-plan-{max_len // 1024}k",
+                     "config": f"planner at max_model_len {max_len} (memory only)", "args": inst["args"][1:], "env": {},
+                     "deployment": dep, "planned": inst["memory"], "startup_budget": 420, "memory_only": True})
     return runs
 
 
@@ -116,6 +136,7 @@ def main() -> int:
         runs.append({**base, "label": f"{kind}-default", "config": "vLLM defaults", "args": common, "env": {}, "startup_budget": 420})
     runs += fixture_runs()
     runs += long_runs(runs)   # appended: the runs above keep their places and contents
+    runs += window_runs()
     out = ROOT / "tests" / "gpu" / "runs.json"
     out.write_text(json.dumps({"engine": ENGINE, "gpu": "h200x1", "runs": runs}, indent=1) + "\n")
     print(f"wrote {out}: {len(runs)} runs")

@@ -17,7 +17,8 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from ansible_collections.llmfleet.serving.plugins.module_utils._planner import kv_pool, memory_model, plan_host, state_pages, valid_tp
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (in_flight_tokens, kv_pool, memory_model, plan_host, state_pages,
+                                                                             valid_tp)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "models"
 V26 = (0, 26, 0)
@@ -68,11 +69,23 @@ def test_gpt_oss_slides_every_other_layer_and_keeps_a_window_per_request():
     assert mem.num_blocks == int(mem.kv // (16 * 12 * 8 * 64 * 2 * 2))
     length = 131072
     full_blocks = length // 16
-    window_blocks = math.ceil(min(128 - 1 + 8192, length) / 16) + 1      # SlidingWindowSpec: 521
-    assert window_blocks == 521
+    # SlidingWindowSpec at 0.26 on a GPU: the window and the tokens in flight, 2 batches of 8,192 (asynchronous scheduling)
+    window_blocks = math.ceil(min(128 - 1 + 2 * 8192, length) / 16) + 1      # 1,033
+    assert window_blocks == 1033
     assert mem.concurrency(length) == mem.num_blocks / (full_blocks + window_blocks)
     whole = memory(dataclasses.replace(m, sliding_layers=0, sliding_window=0))
-    assert mem.concurrency(length) / whole.concurrency(length) > 1.8   # counted whole, it held 2 x 8,192 blocks a request
+    assert mem.concurrency(length) / whole.concurrency(length) > 1.7   # counted whole, it held 2 x 8,192 blocks a request
+
+
+@pytest.mark.parametrize("version, on_gpu, batches", [((0, 25, 1), True, 1), ((0, 26, 0), True, 2), ((0, 32, 0), True, 2),
+                                                     ((0, 32, 0), False, 1)])
+def test_local_layers_keep_the_tokens_in_flight_as_vllm_counts_them(version, on_gpu, batches):
+    """vLLM 0.26's VllmConfig.max_in_flight_tokens (max_concurrent_batches x max_num_batched_tokens, 2 batches with the
+    asynchronous scheduling GPUs default to; 0.25.1 adds one batch; the CPU platform turns asynchronous scheduling off)."""
+    assert in_flight_tokens(8192, version, on_gpu) == batches * 8192
+    if on_gpu:   # memory_model is the GPU's
+        m = profile("gpt-oss-20b.json", "openai/gpt-oss-20b", weight_bytes=14 * 10 ** 9)
+        assert memory_model(m, 1, 140 * GIB, 0.9, version, "bfloat16", "auto", 256, 8192, False).local_tokens == 128 - 1 + batches * 8192
 
 
 def test_a_mistral_style_config_slides_every_layer():
@@ -80,7 +93,7 @@ def test_a_mistral_style_config_slides_every_layer():
     assert (m.sliding_window, m.sliding_layers, m.full_attention_layers) == (4096, 32, 32)
     mem = memory(m)
     assert mem.groups == (0, 0) and mem.local_groups == 1
-    assert mem.concurrency(32768) == mem.num_blocks / (math.ceil((4096 - 1 + 8192) / 16) + 1)
+    assert mem.concurrency(32768) == mem.num_blocks / (math.ceil((4096 - 1 + 2 * 8192) / 16) + 1)   # 2 batches in flight (0.26)
     assert mem.longest() >= m.max_position_embeddings     # the KV cache bounds no single request's length
 
 
@@ -374,13 +387,14 @@ def test_tp_must_divide_the_mamba_heads():
     assert "Mamba mixer's 8190 channels" in valid_tp(jamba, 4)
 
 
-def test_chunked_local_layers_count_as_full_attention_before_vllm_032():
-    """Llama 4's chunks are kept per request only with the hybrid allocator on for them (off by default from PR #21761, on
-    again by 0.32, the first release read): before, every attention layer holds the whole length."""
+def test_chunked_local_layers_count_as_full_attention_before_vllm_014():
+    """Llama 4's chunks are kept per request only with the hybrid allocator on for them: envs.py's
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 0 at 0.11.0-0.13.0 and to 1 from 0.14.0 (read in the
+    wheels); before, every attention layer holds the whole length."""
     m = profile("llama-4-scout-17b-16e.json", "meta-llama/Llama-4-Scout-17B-16E-Instruct")
     assert m.chunked_layers
-    old = memory_model(m, 2, 140 * GIB, 0.9, (0, 26, 0), "bfloat16", "auto", 256, 8192, False)
-    new = memory_model(m, 2, 140 * GIB, 0.9, (0, 32, 0), "bfloat16", "auto", 256, 8192, False)
+    old = memory_model(m, 2, 140 * GIB, 0.9, (0, 13, 0), "bfloat16", "auto", 256, 8192, False)
+    new = memory_model(m, 2, 140 * GIB, 0.9, (0, 14, 0), "bfloat16", "auto", 256, 8192, False)
     assert old.local_groups == 0 and new.local_groups > 0
     assert new.concurrency(262144) > 2 * old.concurrency(262144)
 

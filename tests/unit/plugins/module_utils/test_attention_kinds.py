@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (in_flight_tokens, kv_pool, memory_model, plan_host, state_pages,
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (gdn_prefill_checkpoint, in_flight_tokens, kv_pool, memory_model, plan_host, state_pages,
                                                                              valid_tp)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "models"
@@ -239,6 +239,29 @@ def test_state_pages_by_version_and_kind():
     assert state_pages(profile("llama-3.1-8b-instruct.json", "meta-llama/Llama-3.1-8B-Instruct"), V33) == 1
     mem = memory_model(gdn, 1, 140 * GIB, 0.9, V33, "bfloat16", "auto", 256, 8192, False)
     assert mem.groups == (1, 3) and mem.concurrency(8192) == mem.num_blocks / (math.ceil(8192 / 784) + 2 * 3)
+
+
+def test_gdn_prefill_checkpoint_where_flashinfer_runs_the_gdn_prefill_from_033():
+    """vLLM 0.33 (qwen_gdn_linear_attn.py, read in the wheel): in align mode with FlashInfer's GDN prefill - sm90, or
+    sm10x / sm12x with 128-wide keys - a Gated-DeltaNet state group holds a third page and the attention block steps by 64."""
+    gdn, nano = models.catalog_profile("Qwen/Qwen3.5-27B"), profile(*NANO9)
+    assert gdn.mamba_type == "gdn" and gdn.linear_key_head_dim == 128
+    assert gdn_prefill_checkpoint(gdn, V33, "nvidia", 90) and gdn_prefill_checkpoint(gdn, V33, "nvidia", 100)
+    assert not gdn_prefill_checkpoint(gdn, (0, 32, 0), "nvidia", 90)        # 0.32's GDN layers export none
+    assert not gdn_prefill_checkpoint(gdn, V33, "nvidia", 80)               # Triton's GDN prefill on Ampere
+    assert not gdn_prefill_checkpoint(dataclasses.replace(gdn, linear_key_head_dim=64), V33, "nvidia", 100)
+    assert not gdn_prefill_checkpoint(gdn, V33, "amd", 0) and not gdn_prefill_checkpoint(nano, V33, "nvidia", 90)
+    plain = memory_model(gdn, 1, 140 * GIB, 0.9, V33, "bfloat16", "auto", 256, 8192, False)
+    ckpt = memory_model(gdn, 1, 140 * GIB, 0.9, V33, "bfloat16", "auto", 256, 8192, False, None, True)
+    assert (plain.block_size, ckpt.block_size) == (784, 832) and ckpt.state_pages == 3      # 64 x cdiv(784, 64)
+    assert ckpt.concurrency(8192) == ckpt.num_blocks / (math.ceil(8192 / 832) + 3 * 3)
+    hopper = plan_host("h", hardware_profile("h200x1"), [{"name": "q", "model": "Qwen/Qwen3.5-27B", "engine": {"version": "0.33.0"},
+                                                           "workload": {"max_model_len": 8192, "concurrency": 32}}])
+    ampere = plan_host("h", hardware_profile("a100_sxm_8x_80gb"), [{"name": "q", "model": "Qwen/Qwen3.5-27B",
+                       "engine": {"version": "0.33.0"}, "workload": {"max_model_len": 8192, "concurrency": 32}}])
+    hopper_why = {r["decision"]: r["why"] for r in hopper["deployments"][0]["instances"][0]["reasons"]}
+    ampere_why = {r["decision"]: r["why"] for r in ampere["deployments"][0]["instances"][0]["reasons"]}
+    assert "FlashInfer's GDN prefill" in hopper_why["state_pages=3"] and "state_pages=2" in ampere_why
 
 
 # transformers 5.19's FalconH1Config defaults (configuration_falcon_h1.py), not a published checkpoint's config: no

@@ -374,3 +374,15 @@ def test_pcie_nodes_of_unequal_size_place_only_whole_instances():
 def test_malformed_overrides_fail_before_planning_naming_the_value(overrides, message):
     with pytest.raises(PlanError, match=message):
         check_deployments([{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}, "overrides": overrides}], "h")
+
+
+def test_request_for_034_says_what_its_wheel_showed():
+    """0.34 is newer than the flag table; what its wheel showed (the KV cache sized after warm-up, 64-token blocks) is in
+    the warning, and not in one for 0.33."""
+    ctx = Ctx([])
+    read_request(deployment(version="0.34.0"), ctx)
+    [warning] = ctx.warnings
+    assert "newer than 0.33.0" in warning and "sizes the KV cache after warm-up" in warning and "64-token blocks" in warning
+    quiet = Ctx([])
+    read_request(deployment(version="0.33.0"), quiet)
+    assert quiet.warnings == []

@@ -140,7 +140,8 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere; on CPUs "
                        "bfloat16 with AMX or AVX-512 BF16, else float32).",
     "overrides.quantization": "--quantization instead of the checkpoint's own.",
-    "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it; on a CPU host fp8 needs AVX-512 or AMX and is never planned by itself).",
+    "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it; "
+                                "on a CPU host fp8 needs AVX-512 or AMX and is never planned by itself).",
     "overrides.attention_backend": "A vLLM attention backend name (the planner spells it for the version).",
     "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
     "overrides.drain_timeout_s": "Seconds a change waits for the instance's in-flight requests after it leaves the gateway's "

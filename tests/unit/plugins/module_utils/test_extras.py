@@ -63,3 +63,16 @@ def test_cpu_plans_take_them_too():
            "extra_args": ["--enable-prefix-caching"], "extra_env": {"VLLM_CPU_SGL_KERNEL": "1"}}
     [inst] = plan_host("c", hw, [dep])["deployments"][0]["instances"]
     assert inst["args"][-1] == "--enable-prefix-caching" and inst["env"]["VLLM_CPU_SGL_KERNEL"] == "1"
+
+
+@pytest.mark.parametrize("flag, assumed", [("--pipeline-parallel-size", "pipeline parallel 1"),
+                                           ("--no-async-scheduling", "two batches in flight"),
+                                           ("--additional-config", "gdn_prefill_backend")])
+def test_extras_that_change_what_the_memory_model_assumes_are_named(flag, assumed):
+    args = [flag] + (["2"] if flag == "--pipeline-parallel-size" else ['{"gdn_prefill_backend": "triton"}'] if "config" in flag else [])
+    p = plan(deployment(extra_args=args))
+    assert p["errors"] == []
+    [warning] = [w for w in p["warnings"] if "memory numbers assume" in w]
+    assert flag in warning and assumed in warning and "KV cache vLLM logs" in warning
+    quiet = plan(deployment(extra_args=["--long-prefill-token-threshold", "2048"]))
+    assert not any("memory numbers assume" in w for w in quiet["warnings"])

@@ -194,9 +194,23 @@ def test_fp8_kv_without_avx512_or_amx_is_refused_naming_the_flags(flags):
     assert ("avx2" if flags else "none of the ones the planner reads") in error
 
 
-def test_fp8_kv_with_unknown_flags_is_planned_and_says_what_vllm_checks():
-    inst = instance(cpu_host(), smollm_dep(kv_cache_dtype="fp8"))
-    assert inst["kv_cache_dtype"] == "fp8" and "flags are not known" in why(inst, "kv_cache_dtype=fp8")
+def test_fp8_kv_with_unknown_flags_is_planned_with_a_warning_that_says_what_to_do():
+    plan = plan_host("h", cpu_host(), [smollm_dep(kv_cache_dtype="fp8")])
+    assert plan["errors"] == [] and plan["deployments"][0]["instances"][0]["kv_cache_dtype"] == "fp8"
+    [warning] = [w for w in plan["warnings"] if "kv_cache_dtype" in w]
+    assert "CPU flags are not known" in warning and "AVX-512 or AMX" in warning and "cpu_flags" in warning
+
+
+@pytest.mark.parametrize("value", ["bfloat16", "fp8_inc", "turboquant_4bit"])
+def test_kv_dtypes_the_cpu_build_does_not_take_are_refused_naming_those_it_does(value):
+    [error] = plan_host("h", cpu_host(cpu_flags=EPYC_FLAGS), [smollm_dep(kv_cache_dtype=value)])["errors"]
+    assert f"overrides.kv_cache_dtype {value}" in error and "auto, fp8, fp8_e4m3, fp8_e5m2" in error
+
+
+def test_fp8_kv_on_a_cpu_release_before_the_ones_read_warns():
+    dep = dict(smollm_dep(kv_cache_dtype="fp8"), engine={"version": "0.20.0"})
+    plan = plan_host("h", cpu_host(cpu_flags=EPYC_FLAGS), [dep])
+    assert plan["errors"] == [] and any("was read in 0.26.0 and later only" in w for w in plan["warnings"])
 
 
 def test_fp8_kv_is_refused_for_mla_and_for_head_sizes_vllm_cpu_cannot_take():
@@ -204,7 +218,7 @@ def test_fp8_kv_is_refused_for_mla_and_for_head_sizes_vllm_cpu_cannot_take():
     dep = {**smollm_dep(kv_cache_dtype="fp8"), "model": {"id": "deepseek-ai/DeepSeek-V2-Lite-Chat", "config": mla},
            "overrides": {"kv_cache_dtype": "fp8"}}
     [error] = plan_host("h", cpu_host(memory_mib=128 * 1024, cpu_flags=EPYC_FLAGS), [dep])["errors"]
-    assert "CPU_MLA" in error and "remove the override" in error
+    assert "CPU_MLA, AMX_MLA" in error and "remove the override" in error
     odd = smollm_dep(kv_cache_dtype="fp8")
     odd["model"]["config"] = dict(odd["model"]["config"], head_dim=48)
     [error] = plan_host("h", cpu_host(cpu_flags=EPYC_FLAGS), [odd])["errors"]

@@ -382,7 +382,21 @@ def test_request_for_034_says_what_its_wheel_showed():
     ctx = Ctx([])
     read_request(deployment(version="0.34.0"), ctx)
     [warning] = ctx.warnings
-    assert "newer than 0.33.0" in warning and "sizes the KV cache after warm-up" in warning and "64-token blocks" in warning
+    assert "newer than 0.33.0" in warning and "sizes the KV cache after warm-up" in warning and "64-token attention blocks" in warning
+    assert "engine.version 0.33.0" in warning
     quiet = Ctx([])
     read_request(deployment(version="0.33.0"), quiet)
     assert quiet.warnings == []
+
+
+def test_tp_weighing_counts_the_instances_the_inventory_places():
+    """overrides.instances: stage 7 weighs each TP with the instances stage 7 then places (2 here, not 8 / TP), so its
+    table and its fp8-KV decision are those of the layout that runs."""
+    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"},
+           "workload": {"max_model_len": 32768, "concurrency": 300, "goal": "throughput"}, "overrides": {"instances": 2}}
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [dep])
+    assert plan["errors"] == [], plan["errors"]
+    [first, _second] = plan["deployments"][0]["instances"]
+    tp = first["tensor_parallel_size"]
+    table = next(r["why"] for r in first["reasons"] if r["decision"] == f"tensor_parallel_size={tp}")
+    assert "TP=1 x 2:" in table and "TP=1 x 8" not in table and "TP=8" not in table   # 2 x TP=8 would need 16 GPUs

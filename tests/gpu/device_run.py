@@ -6,7 +6,14 @@ Around every measured step the server's /metrics counters are read (preemptions,
 or served from the prefix cache, ...): the step records their difference; `bench.poll_metrics: S` also
 samples running / waiting requests and KV cache use every S seconds during the step.
 
+A runs file of several GPUs (runs-multi.json, make_multi_runs.py) gives each configuration a list of `instances`: all
+of them start together, each with its CUDA_VISIBLE_DEVICES, port, log and compile caches, and every benchmark step is
+split over them (run_configuration); `--gpus 4` runs such a file on a machine of 4 GPUs (on_fewer_gpus). `--dry-run`
+prints every command with the environment the runner sets and starts nothing (any machine, no vLLM needed).
+
     python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs.json --only LABEL[,LABEL] --out $OUT
+    python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs-multi.json --only LABEL --out $OUT
+    python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs-multi.json --dry-run
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -23,6 +31,7 @@ import sys
 import threading
 import time
 import urllib.request
+from typing import Dict, Iterator, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: llmfleet_testing (stdlib only)
 from llmfleet_testing import wait_healthy  # noqa: E402  pylint: disable=wrong-import-position
@@ -80,6 +89,16 @@ def prompts_for(spec: dict, conc: int) -> int:
     return 10 if conc == 1 else max(int(spec["prompts"]), 2 * conc)
 
 
+def warmup_sizes(spec: dict) -> List[Tuple[int, int]]:
+    """(concurrency, prompts) of each warm-up run (warm_up's docstring)."""
+    sizes = [(conc, prompts_for(spec, conc)) for conc in spec["concurrency"]]
+    if isinstance(spec.get("warmup"), int):
+        sizes = [(max(spec["concurrency"]), spec["warmup"])]
+    elif isinstance(spec.get("warmup"), dict):
+        sizes = [(int(spec["warmup"]["concurrency"]), int(spec["warmup"]["prompts"]))]
+    return sizes
+
+
 def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     """The sweep once, unrecorded, with other prompts of the same lengths (seed 1: the measured prompts,
     seed 0, must not be in the prefix cache yet - session 4 replayed seed 0 and measured cache hits): Triton JIT of kernels for new
@@ -88,13 +107,8 @@ def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     with few sequences, whose sweep takes minutes); `bench.warmup: {"prompts": N, "concurrency": C}` sends N
     at C (a short warm-up at the run's lengths). Returns its wall time."""
     spec = run["bench"]
-    sizes = [(conc, prompts_for(spec, conc)) for conc in spec["concurrency"]]
-    if isinstance(spec.get("warmup"), int):
-        sizes = [(max(spec["concurrency"]), spec["warmup"])]
-    elif isinstance(spec.get("warmup"), dict):
-        sizes = [(int(spec["warmup"]["concurrency"]), int(spec["warmup"]["prompts"]))]
     started = time.monotonic()
-    for conc, prompts in sizes:
+    for conc, prompts in warmup_sizes(spec):
         name = f"{run['label']}-warmup-c{conc}.json"
         try:
             subprocess.run(bench_cmd(run, model_dir, conc, prompts, out_dir, name, seed=1), env=env, capture_output=True, text=True,
@@ -106,7 +120,7 @@ def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     return round(time.monotonic() - started, 1)
 
 
-def fresh_caches(label: str) -> dict:
+def fresh_caches(label: str, make: bool = True) -> dict:
     """Compile caches of this configuration alone. Triton's (~/.triton/cache), Inductor's and vLLM's
     torch.compile cache otherwise live on between configurations in one lease, and a configuration run
     later starts with the kernels an earlier one compiled - the third session's MoE rows got faster in
@@ -116,8 +130,31 @@ def fresh_caches(label: str) -> dict:
     env = {}
     for var, sub in paths.items():
         env[var] = os.path.join(root, sub)
-        os.makedirs(env[var], exist_ok=True)
+        if make:
+            os.makedirs(env[var], exist_ok=True)
     return env
+
+
+# What the runner adds to every server's environment: no FlashInfer sampler (not carried), no usage stats, NVLink
+# multicast off (NCCL NVLS and torch symmetric memory; the lent machines' notes ask for it)
+RUNNER_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0",
+              "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+def server_env(label: str, run_env: dict, shared_caches: bool, make: bool = True) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """A server's environment and the part of it the runner sets (what --dry-run prints): the caller's environment and
+    `run_env` without CUDA_VISIBLE_DEVICES (one GPU: the machine's own), RUNNER_ENV, and compile caches of its own."""
+    own = {**run_env, **RUNNER_ENV}
+    own.pop("CUDA_VISIBLE_DEVICES", None)
+    if not shared_caches:
+        own.update(fresh_caches(label, make))
+    env = dict(os.environ, **own)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env, own
+
+
+def serve_cmd(model_dir: str, args: List[str]) -> List[str]:
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_dir, *args, "--load-format", "dummy"]
 
 
 # Histograms whose _sum and _count a step records besides every counter (seconds a request spent waiting for a
@@ -243,25 +280,9 @@ def write_log(logs, title: str, text: str) -> None:
     logs.flush()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--carry", required=True)
-    parser.add_argument("--runs", required=True)
-    parser.add_argument("--only", default="")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--no-bench", action="store_true", help="memory numbers only (when device time is short)")
-    parser.add_argument("--shared-caches", action="store_true", help="let configurations share compile caches (before session 4)")
-    parser.add_argument("--concurrency", default="", help="only these concurrency steps of each run's sweep, e.g. 32 (a slow "
-                        "hand-flag run whose whole sweep does not fit one call)")
-    parser.add_argument("--warmup-prompts", type=int, default=0, help="warm up with one run of N prompts at the largest "
-                        "concurrency instead of the run's own warm-up (session 14: the hybrid sweep, to fit the lease)")
-    args = parser.parse_args()
-    with open(args.runs, encoding="utf-8") as handle:
-        runs = json.load(handle)["runs"]
+def selected(runs: List[dict], args: argparse.Namespace) -> Iterator[dict]:
+    """The runs --only names (all without it), with the sweep of --concurrency and the warm-up of --warmup-prompts."""
     wanted = [w for w in args.only.split(",") if w]
-    results_path = os.path.join(args.out, "results.json")
-    results = json.load(open(results_path, encoding="utf-8")) if os.path.exists(results_path) else []
-    logs = open(os.path.join(args.out, "logs.txt"), "a", encoding="utf-8")
     for run in runs:
         if wanted and run["label"] not in wanted:
             continue
@@ -273,13 +294,302 @@ def main() -> int:
             run = {**run, "bench": {**run["bench"], "concurrency": steps}}
         if args.warmup_prompts:
             run = {**run, "bench": {**run["bench"], "warmup": args.warmup_prompts}}
+        if args.gpus and "instances" in run:
+            run = on_fewer_gpus(run, args.gpus)
+            if run is None:
+                continue
+        yield run
+
+
+def on_fewer_gpus(run: dict, gpus: int) -> Optional[dict]:
+    """`--gpus N` (a machine of 4 where the runs file declares 8): the instances on GPUs below N, and the sweep's streams
+    and prompts cut in their proportion, so that every instance kept gets the load it gets on the whole host; None (and a
+    line saying so) when no instance fits."""
+    kept = [inst for inst in run["instances"] if max(inst["gpus"]) < gpus]
+    if not kept:
+        print(f"-- {run['label']}: skipped, every instance needs GPUs beyond the {gpus} of this machine", flush=True)
+        return None
+    n, k = len(run["instances"]), len(kept)
+    spec = run["bench"]
+    bench_spec = {**spec, "concurrency": [c * k // n for c in spec["concurrency"]], "prompts": -(-int(spec["prompts"]) * k // n)}
+    if isinstance(spec.get("warmup"), int):
+        bench_spec["warmup"] = -(-spec["warmup"] * k // n)
+    return {**run, "instances": kept, "bench": bench_spec, "host_gpus": gpus, "instances_declared": n}
+
+
+# ---- several instances (runs-multi.json) ----
+
+def split(total: int, parts: int) -> List[int]:
+    """`total` in `parts` shares that differ by one at most (the first ones larger)."""
+    return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
+
+
+def shares(run: dict, conc: int, prompts: int) -> List[Tuple[dict, int, int]]:
+    """One benchmark client per instance: (the run aimed at that instance's port, its streams, its prompts). A
+    least-connections gateway in front of equal instances keeps `conc` streams spread evenly, conc / n each, and so sends
+    each instance its share of the prompts; fixed shares are the honest stand-in for it without a gateway on the machine
+    (one difference: a gateway would move requests to an instance that finishes first, fixed shares cannot)."""
+    n = len(run["instances"])
+    if conc < n:
+        raise SystemExit(f"{run['label']}: concurrency {conc} is below its {n} instances (every instance needs a stream)")
+    return [({**run, "port": inst["port"]}, c, p) for inst, c, p in zip(run["instances"], split(conc, n), split(prompts, n))]
+
+
+def instance_envs(run: dict, shared_caches: bool, make: bool = True) -> List[Tuple[Dict[str, str], Dict[str, str]]]:
+    """Each instance's server environment (server_env with its own compile caches) with the plan's CUDA_VISIBLE_DEVICES,
+    and the part the runner sets (CUDA_VISIBLE_DEVICES first)."""
+    out = []
+    for k, inst in enumerate(run["instances"]):
+        env, own = server_env(f"{run['label']}-{k}", {}, shared_caches, make)
+        out.append(({**env, **inst["env"]}, {**inst["env"], **own, **inst["env"]}))
+    return out
+
+
+def client_env() -> Tuple[Dict[str, str], Dict[str, str]]:
+    """The benchmark clients' environment (they use no GPU) and the part the runner sets."""
+    env, own = dict(os.environ, **RUNNER_ENV), dict(RUNNER_ENV)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env, own
+
+
+BENCH_KEYS = ("completed", "duration", "output_throughput", "request_throughput", "total_token_throughput", "median_ttft_ms",
+              "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "total_input_tokens", "total_output_tokens")
+
+
+def bench_together(run: dict, model_dir: str, env: dict, conc: int, prompts: int, out_dir: str, tag: str, seed: int) -> List[dict]:
+    """One `vllm bench serve` per instance, all at once, each with its share (shares()); one row per instance: its share, the
+    numbers of its result file, or its error. Each client writes its output to a file (a full pipe would stall it)."""
+    timeout = run["bench"].get("timeout", 240)
+    clients = []
+    for k, (sub, c, p) in enumerate(shares(run, conc, prompts)):
+        name = f"{run['label']}-{tag}-i{k}.json"
+        console = open(f"/tmp/{run['label']}-{tag}-i{k}.out", "w+", encoding="utf-8")
+        proc = subprocess.Popen(bench_cmd(sub, model_dir, c, p, out_dir, name, seed=seed), env=env, stdout=console,
+                                stderr=subprocess.STDOUT, text=True)
+        clients.append((sub["port"], c, p, name, console, proc))
+    deadline = time.monotonic() + timeout
+    rows = []
+    for port, c, p, name, console, proc in clients:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        console.seek(0)
+        tail = console.read()[-1500:]
+        console.close()
+        path = os.path.join(out_dir, name)
+        row = {"port": port, "concurrency": c, "prompts": p}
+        if proc.returncode != 0 or not os.path.exists(path):
+            row["error"] = tail if proc.returncode is not None and proc.returncode >= 0 else f"cut after {timeout} s: {tail}"
+        else:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            row.update({k: data.get(k) for k in BENCH_KEYS})
+        if os.path.exists(path):
+            os.remove(path)
+        rows.append(row)
+    return rows
+
+
+def merged(rows: List[dict]) -> dict:
+    """One step over all instances. Counts and tokens add up. Output tok/s: every instance's output tokens over the
+    longest instance's duration (the step's window as a gateway's client sees it), and the plain sum of the instances'
+    own rates besides (a little higher when one finished first). Latency percentiles cannot be merged from percentiles:
+    the rows keep each instance's p50 / p99 and the step reports the largest of them, an upper bound of the p50 / p99
+    over all requests (if every instance has at most 1 % of its requests above X, so has their union)."""
+    longest = max(r["duration"] for r in rows)
+    out = {k: sum(r[k] for r in rows) for k in ("completed", "total_input_tokens", "total_output_tokens")}
+    out.update({"output_throughput": round(out["total_output_tokens"] / longest, 2),
+                "output_throughput_sum": round(sum(r["output_throughput"] for r in rows), 2),
+                "request_throughput": round(out["completed"] / longest, 3), "longest_duration_s": round(longest, 2)})
+    for metric in ("ttft", "tpot", "itl"):
+        for pct in ("median", "p99"):
+            out[f"max_{pct}_{metric}_ms"] = max(r[f"{pct}_{metric}_ms"] for r in rows)
+    return out
+
+
+def warm_up_together(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
+    """warm_up over all instances at once (seed 1, unrecorded); its wall time."""
+    started = time.monotonic()
+    for conc, prompts in warmup_sizes(run["bench"]):
+        rows = bench_together(run, model_dir, env, conc, prompts, out_dir, f"warmup-c{conc}", seed=1)
+        for row in rows:
+            if "error" in row:
+                print(f"   warm-up at {conc}, port {row['port']}: {row['error'][-300:]}", flush=True)
+    return round(time.monotonic() - started, 1)
+
+
+def bench_all(run: dict, model_dir: str, env: dict, out_dir: str, results: list, save) -> list:
+    """The sweep over all instances; every step keeps the instances' rows, their /metrics deltas, and the merged numbers
+    when every instance finished (`save()` after each step)."""
+    for conc in run["bench"]["concurrency"]:
+        before = [scrape(inst["port"]) for inst in run["instances"]]
+        started = time.monotonic()
+        rows = bench_together(run, model_dir, env, conc, prompts_for(run["bench"], conc), out_dir, f"c{conc}", seed=0)
+        wall = round(time.monotonic() - started, 1)
+        for row, inst, old in zip(rows, run["instances"], before):
+            counters = metric_deltas(old, scrape(inst["port"]))
+            row["metrics"] = counters
+            row["preemptions"] = counters.get("vllm:num_preemptions_total", 0) if counters else None
+        step = {"concurrency": conc, "prompts": prompts_for(run["bench"], conc), "wall_s": wall, "instances": rows}
+        errors = [f"port {r['port']}: {r['error']}" for r in rows if "error" in r]
+        if errors:
+            step["error"] = "\n".join(errors)[-3000:]
+        else:
+            step.update(merged(rows))
+            step["preemptions"] = None if any(r["preemptions"] is None for r in rows) else sum(r["preemptions"] for r in rows)
+        results.append(step)
+        save()
+    return results
+
+
+def stop(server: subprocess.Popen) -> None:
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    except ProcessLookupError:
+        pass  # it had already exited (a failed start)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def run_configuration(run: dict, model_dir: str, args: argparse.Namespace, results: list, results_path: str, logs) -> None:
+    """A configuration of several instances: all start at once (each its GPUs, port, log, compile caches), the runner
+    waits for every one, records each one's memory lines, warms up and runs the sweep over all of them together, then
+    stops them."""
+    for inst in run["instances"]:
+        probe = socket.socket()
+        if probe.connect_ex(("127.0.0.1", inst["port"])) == 0:
+            probe.close()
+            raise SystemExit(f"port {inst['port']} is already served by another process: stop it first (a left-over server?)")
+        probe.close()
+    envs = instance_envs(run, args.shared_caches)
+    servers, log_files = [], []
+    started = time.monotonic()
+    for k, (inst, (env, _own)) in enumerate(zip(run["instances"], envs)):
+        cmd = serve_cmd(model_dir, inst["args"])
+        log_files.append(f"/tmp/{run['label']}-{k}.log")
+        print(f"== {run['label']} [{k}] CUDA_VISIBLE_DEVICES={inst['env'].get('CUDA_VISIBLE_DEVICES')}: {' '.join(cmd[3:])}", flush=True)
+        with open(log_files[-1], "w", encoding="utf-8") as log:
+            servers.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+    # one after another from the same start: an instance's ready_s is when the runner saw it healthy, not before the
+    # instances ahead of it (the configuration is ready when its last one is); after a failed one the budget may be spent
+    ready: List[Optional[float]] = [wait_healthy(server, inst["port"], run.get("startup_budget", 300), started)
+                                    for server, inst in zip(servers, run["instances"])]
+    startups = [open(path, encoding="utf-8", errors="replace").read() for path in log_files]
+    for k, (text, seconds) in enumerate(zip(startups, ready)):
+        write_log(logs, f"{run['label']} [{k}] (ready {-1.0 if seconds is None else seconds:.1f} s)", text)
+    all_ready = all(seconds is not None for seconds in ready)
+    entry = {"label": run["label"], "model": run["model"], "config": run["config"], "is_plan": run.get("is_plan", False),
+             "layout": run.get("layout", {}), "ready_s": round(max(ready), 1) if all_ready else -1.0,
+             # on a smaller machine (--gpus) the instances it held, of those the layout declares
+             "instances_run": len(run["instances"]), "instances_declared": run.get("instances_declared", len(run["instances"])),
+             "caches": "shared" if args.shared_caches else "fresh",
+             "instances": [{"name": inst["name"], "port": inst["port"], "gpus": inst["gpus"], "args": inst["args"], "env": inst["env"],
+                            "ready_s": -1.0 if seconds is None else round(seconds, 1), "engine_log": parse_log(text),
+                            "planned": inst.get("planned", {})}
+                           for inst, seconds, text in zip(run["instances"], ready, startups)],
+             "bench_shape": {k: run["bench"].get(k) for k in ("dataset", "input", "output", "prompts", "warmup") if k in run["bench"]}}
+    results.append(entry)
+    save = functools.partial(write_results, results_path, results)
+    save()
+    client, _own = client_env()
+    if all_ready and not args.no_bench:
+        entry["warmup_s"] = warm_up_together(run, model_dir, client, args.out)
+        entry["bench"] = []
+        bench_all(run, model_dir, client, args.out, entry["bench"], save)
+    elif not all_ready:
+        entry["error"] = "not every instance became healthy: " + ", ".join(
+            inst["name"] for inst, seconds in zip(run["instances"], ready) if seconds is None)
+        save()
+    for server in servers:
+        stop(server)
+    for k, (path, startup, row) in enumerate(zip(log_files, startups, entry["instances"])):
+        text = open(path, encoding="utf-8", errors="replace").read()
+        write_log(logs, f"{run['label']} [{k}] (serving and shutdown)", text[len(startup):])
+        row["preemptions_logged"] = sum(int(n) for n in re.findall(r"Preemptions: (\d+)", text[len(startup):]))
+    save()
+    print(json.dumps({"label": entry["label"], "ready_s": entry["ready_s"],
+                      "kv_cache_tokens": [[i["engine_log"].get("kv_cache_tokens"), i["planned"].get("kv_cache_tokens")]
+                                          for i in entry["instances"]]}), flush=True)
+    for step in entry.get("bench", []):
+        print("   ", json.dumps({k: v for k, v in step.items() if k != "instances"}), flush=True)
+
+
+# ---- --dry-run ----
+
+def shell(own: Dict[str, str], cmd: List[str], unset_visible: bool) -> str:
+    """A command as one shell line: `env` with what the runner sets, then the command."""
+    return shlex.join(["env", *(["-u", "CUDA_VISIBLE_DEVICES"] if unset_visible else []), *(f"{k}={v}" for k, v in own.items()), *cmd])
+
+
+def dry_run(run: dict, args: argparse.Namespace) -> None:
+    """Every command `run` would start, in order, with the environment the runner sets (the rest is the caller's);
+    nothing is started, no folder made. Serve lines: `serve <label> [k] port P: ...`; benchmark lines: `bench ...`."""
+    model_dir = os.path.join(args.carry, "models", run["model_dir"])
+    out_dir = args.out or "$OUT"
+    bench_steps = [] if args.no_bench else [("warmup", conc, prompts, 1) for conc, prompts in warmup_sizes(run["bench"])] + [
+        ("step", conc, prompts_for(run["bench"], conc), 0) for conc in run["bench"]["concurrency"]]
+    if "instances" not in run:
+        _env, own = server_env(run["label"], run.get("env", {}), args.shared_caches, make=False)
+        print(f"== {run['label']} ({run['config']}): one server")
+        print(f"serve {run['label']} [0] port {run['port']}: {shell(own, serve_cmd(model_dir, run['args']), True)} > /tmp/{run['label']}.log")
+        for kind, conc, prompts, seed in bench_steps:
+            name = f"{run['label']}-{'warmup-' if kind == 'warmup' else ''}c{conc}.json"
+            print(f"bench {run['label']} {kind} c={conc}: {shell(own, bench_cmd(run, model_dir, conc, prompts, out_dir, name, seed), True)}")
+        return
+    layout = run.get("layout", {})
+    print(f"== {run['label']} ({run['config']}{', the plan' if run.get('is_plan') else ''}): {len(run['instances'])} instance(s) of "
+          f"TP={layout.get('tensor_parallel_size')}, expert parallel {layout.get('expert_parallel')}")
+    for k, (inst, (_env, own)) in enumerate(zip(run["instances"], instance_envs(run, args.shared_caches, make=False))):
+        print(f"serve {run['label']} [{k}] port {inst['port']}: {shell(own, serve_cmd(model_dir, inst['args']), False)} "
+              f"> /tmp/{run['label']}-{k}.log")
+    _client, client_own = client_env()
+    for kind, conc, prompts, seed in bench_steps:
+        tag = f"warmup-c{conc}" if kind == "warmup" else f"c{conc}"
+        for k, (sub, c, p) in enumerate(shares(run, conc, prompts)):
+            name = f"{run['label']}-{tag}-i{k}.json"
+            print(f"bench {run['label']} {kind} c={conc} [{k}] port {sub['port']} ({c} of {conc} streams, {p} of {prompts} prompts): "
+                  f"{shell(client_own, bench_cmd(sub, model_dir, c, p, out_dir, name, seed), True)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--carry", required=True)
+    parser.add_argument("--runs", required=True)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--out", default="", help="where results.json and logs.txt go (required unless --dry-run)")
+    parser.add_argument("--no-bench", action="store_true", help="memory numbers only (when device time is short)")
+    parser.add_argument("--shared-caches", action="store_true", help="let configurations share compile caches (before session 4)")
+    parser.add_argument("--concurrency", default="", help="only these concurrency steps of each run's sweep, e.g. 32 (a slow "
+                        "hand-flag run whose whole sweep does not fit one call)")
+    parser.add_argument("--warmup-prompts", type=int, default=0, help="warm up with one run of N prompts at the largest "
+                        "concurrency instead of the run's own warm-up (session 14: the hybrid sweep, to fit the lease)")
+    parser.add_argument("--gpus", type=int, default=0, help="runs of several GPUs on a machine with fewer (4 on the x4 kind): only "
+                        "the instances on GPUs below N, the sweep cut in proportion; configurations that need more are skipped")
+    parser.add_argument("--dry-run", action="store_true", help="print every command (servers and benchmarks) with the environment "
+                        "the runner sets, start nothing")
+    args = parser.parse_args()
+    if not args.out and not args.dry_run:
+        parser.error("--out is required (unless --dry-run)")
+    with open(args.runs, encoding="utf-8") as handle:
+        runs = json.load(handle)["runs"]
+    if args.dry_run:
+        for run in selected(runs, args):
+            dry_run(run, args)
+        return 0
+    results_path = os.path.join(args.out, "results.json")
+    results = json.load(open(results_path, encoding="utf-8")) if os.path.exists(results_path) else []
+    logs = open(os.path.join(args.out, "logs.txt"), "a", encoding="utf-8")
+    for run in selected(runs, args):
         model_dir = os.path.join(args.carry, "models", run["model_dir"])
-        env = dict(os.environ, **run.get("env", {}), VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1",
-                   NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
-        env.pop("CUDA_VISIBLE_DEVICES", None)
-        if not args.shared_caches:
-            env.update(fresh_caches(run["label"]))
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_dir, *run["args"], "--load-format", "dummy"]
+        if "instances" in run:
+            run_configuration(run, model_dir, args, results, results_path, logs)
+            continue
+        env, _own = server_env(run["label"], run.get("env", {}), args.shared_caches)
+        cmd = serve_cmd(model_dir, run["args"])
         probe = socket.socket()
         if probe.connect_ex(("127.0.0.1", run["port"])) == 0:
             probe.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+from typing import Optional
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".cache" / "collections"))
@@ -50,10 +51,19 @@ FIXTURES = ROOT / "tests" / "fixtures" / "models"
 CARRY_ARGS = {"hybrid": ["--additional-config", '{"gdn_prefill_backend": "triton"}']}
 
 
-def plan_one(model, served: str, tools: bool = True, max_len: int = MAX_LEN) -> tuple:
-    dep = {"name": served, "model": model, "workload": {"max_model_len": max_len, "concurrency": 32, "goal": "throughput",
+def deployment(model, served: str, tools: bool = True, max_len: int = MAX_LEN, concurrency: int = 32,
+               overrides: Optional[dict] = None) -> dict:
+    """The deployment every run is planned from (make_multi_runs.py: the same at another concurrency, with overrides)."""
+    dep = {"name": served, "model": model, "workload": {"max_model_len": max_len, "concurrency": concurrency, "goal": "throughput",
                                                         "thinking": False, "tools": tools},
            "engine": {"version": ENGINE}}
+    if overrides:
+        dep["overrides"] = dict(overrides)
+    return dep
+
+
+def plan_one(model, served: str, tools: bool = True, max_len: int = MAX_LEN) -> tuple:
+    dep = deployment(model, served, tools, max_len)
     plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
     assert not plan["errors"], plan["errors"]
     [inst] = plan["deployments"][0]["instances"]

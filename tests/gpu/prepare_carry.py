@@ -41,7 +41,8 @@ SKIP = {"flashinfer-python", "flashinfer-cubin", "nvidia-cutlass-dsl", "nvidia-c
 # Files of the vLLM wheel that are not used on an H200 (FA3 serves Hopper; Mistral's tokenizer data).
 PRUNE = [r"vllm/vllm_flash_attn/_vllm_fa2_C\.abi3\.so$", r"vllm/third_party/deep_gemm/_C\.cpython-31[34]-", r"mistral_common/data/.*\.json$"]
 PART_BYTES = 55 * 1024 * 1024
-MODELS = ["Qwen/Qwen3-8B", "Qwen/Qwen3.5-27B", "Qwen/Qwen3-30B-A3B"]
+# the last two for runs-multi.json (make_multi_runs.py, issue 21): two config.json files more, the same wheels
+MODELS = ["Qwen/Qwen3-8B", "Qwen/Qwen3.5-27B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B-FP8"]
 # published config.json files kept as test fixtures (make_runs.py FIXTURE_MODELS)
 FIXTURE_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json", "deepseek-ai/DeepSeek-V2-Lite-Chat": "deepseek-v2-lite-chat.json",
                   "openai/gpt-oss-20b": "gpt-oss-20b.json"}

@@ -1371,6 +1371,9 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
                 "kv_cache_scheme): --kv-cache-dtype fp8 uses them on every vLLM version (auto resolves to fp8 only for ModelOpt "
                 "checkpoints, and only in recent releases)")
     ep_forced = o.get("expert_parallel")
+    if ep_forced and not m.is_moe:
+        raise Refusal(f"{name}: overrides.expert_parallel: true needs a mixture-of-experts model and {m.id} has no experts; "
+                      "remove it")
     try:
         tps, block_excluded, ep_needed = _tp_sizes(m, n, ep_forced, ctx)
     except Refusal as exc:

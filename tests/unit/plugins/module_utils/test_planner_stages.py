@@ -400,3 +400,10 @@ def test_tp_weighing_counts_the_instances_the_inventory_places():
     tp = first["tensor_parallel_size"]
     table = next(r["why"] for r in first["reasons"] if r["decision"] == f"tensor_parallel_size={tp}")
     assert "TP=1 x 2:" in table and "TP=1 x 8" not in table and "TP=8" not in table   # 2 x TP=8 would need 16 GPUs
+
+
+def test_expert_parallel_on_a_model_without_experts_is_refused():
+    dep = {"name": "q", "model": "Qwen/Qwen3-32B", "engine": {"version": "0.26.0"}, "workload": {"max_model_len": 8192},
+           "overrides": {"expert_parallel": True}}
+    [error] = plan_host("h", hardware_profile("h200_sxm_8x"), [dep])["errors"]
+    assert "overrides.expert_parallel: true needs a mixture-of-experts model" in error and "remove it" in error

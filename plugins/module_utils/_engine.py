@@ -163,6 +163,19 @@ DCU_IMAGES: Dict[Version, str] = {
 }
 
 # Known bugs the collection patches at import time (the vllm role mounts the patch module).
+# extra_args that change what the planner's memory model assumes: the plan still runs them, and warns that its numbers
+# may not hold (kept here, not in _planner.py, whose flag literals are what a plan can emit: tests/crosscheck)
+MEMORY_MODEL_ASSUMES = {
+    "--pipeline-parallel-size": "pipeline parallel 1 (more stages split the layers and keep more batches in flight)",
+    "--no-async-scheduling": "asynchronous scheduling (two batches in flight for sliding-window and chunked layers on GPUs)",
+    "--speculative-config": "no speculative decoding (draft tokens and their pages are not counted)",
+    "--additional-config": "vLLM's own kernel choices (gdn_prefill_backend decides a Gated-DeltaNet state page from 0.33)",
+    "--block-size": "vLLM's default block size",
+    "--enable-prefix-caching": "vLLM's default prefix caching (the state pages of hybrid models follow it)",
+    "--no-enable-prefix-caching": "vLLM's default prefix caching (the state pages of hybrid models follow it)",
+}
+
+
 MOE_WNA16_AFFECTED: Tuple[Version, Version] = ((0, 11, 0), (0, 33, 0))   # issue #36008, still in 0.33.0
 
 

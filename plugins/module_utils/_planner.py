@@ -18,7 +18,7 @@ from typing import AbstractSet, Any, Callable, Dict, FrozenSet, List, Mapping, O
 
 from ._engine import (
     ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC,
-    KNOWN_AFTER_NEWEST, MOE_WNA16_AFFECTED, NEWEST, QUANT_MIN_CC_BEFORE_017, QUANT_SCHEME_MIN_CC,
+    KNOWN_AFTER_NEWEST, MEMORY_MODEL_ASSUMES, MOE_WNA16_AFFECTED, NEWEST, QUANT_MIN_CC_BEFORE_017, QUANT_SCHEME_MIN_CC,
     NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC, QUANT_REMOVED, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
     EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
     nvidia_image, official_image_cuda, parse_version, vstr,
@@ -309,18 +309,6 @@ def _check_extras(d: Mapping[str, Any], where: str) -> None:
             raise PlanError(f"{where}.extra_env.{key}={value!r}: a variable name and a string value")
         if str(key) in PLANNED_ENV:
             raise PlanError(f"{where}.extra_env sets {key}, which the plan or the roles set (devices, KV space, the API key)")
-
-
-# extra_args that change what the memory model assumes: the plan still runs them, and says its numbers may not hold
-MEMORY_MODEL_ASSUMES = {
-    "--pipeline-parallel-size": "pipeline parallel 1 (more stages split the layers and keep more batches in flight)",
-    "--no-async-scheduling": "asynchronous scheduling (two batches in flight for sliding-window and chunked layers on GPUs)",
-    "--speculative-config": "no speculative decoding (draft tokens and their pages are not counted)",
-    "--additional-config": "vLLM's own kernel choices (gdn_prefill_backend decides a Gated-DeltaNet state page from 0.33)",
-    "--block-size": "vLLM's default block size",
-    "--enable-prefix-caching": "vLLM's default prefix caching (the state pages of hybrid models follow it)",
-    "--no-enable-prefix-caching": "vLLM's default prefix caching (the state pages of hybrid models follow it)",
-}
 
 
 def _extras(d: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str], name: str) -> Tuple[List[str], Dict[str, str]]:

@@ -222,7 +222,7 @@ else:
 
 
 def free_ports(count):
-    socks = [socket.socket() for _ in range(count)]
+    socks = [socket.socket() for _unused in range(count)]
     for s in socks:
         s.bind(("127.0.0.1", 0))
     ports = [s.getsockname()[1] for s in socks]

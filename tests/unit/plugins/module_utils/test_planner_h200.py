@@ -346,7 +346,7 @@ def session16(label, lease=1):
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe", "llama"])
-def test_todays_plans_equal_vllms_defaults_below_the_api_servers_limit(kind):
+def test_todays_plans_equal_vllms_defaults_at_1_and_32(kind):
     """Session 16 (issue 17's re-measure after the admission change): today's Qwen3-8B, Qwen3-30B-A3B and Llama-3.1-8B
     plans (their exact command lines) and vLLM's defaults, one lease, fresh caches, 1 / 32 / 128 (4x the declared 32).
     The same KV cache to the token, and at 1 and 32 the plan's output throughput at least 0.95x the defaults'."""
@@ -354,7 +354,7 @@ def test_todays_plans_equal_vllms_defaults_below_the_api_servers_limit(kind):
     assert ratios[1] >= 0.95 and ratios[32] >= 0.95
 
 
-def test_the_concurrency_128_step_is_the_api_servers_spread_not_the_plan():
+def test_the_concurrency_128_step_is_run_to_run_spread_not_the_plan():
     """Session 16 at 128: plan / defaults 1.15x (dense), 0.82x (MoE), 0.77x (Llama) with identical engines. The Llama pair
     repeated in a second lease measured 0.975x, and llama-default's own command line moved between the two leases by
     more than its plan / defaults gap of the first: with the same engine that step moves by 15-35 % between runs, so the

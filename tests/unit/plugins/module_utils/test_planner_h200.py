@@ -26,6 +26,11 @@ H200 = (0, 26, 0)
 DEFAULT_SEQS, DEFAULT_BATCHED = 1024, 8192
 
 
+def recorded(label, session, lease=1):
+    """The fixture's row of one configuration in one H200 session (a repeat in a second lease of it has `lease: 2`)."""
+    return next(r for r in MEASURED["runs"] if r["label"] == label and r.get("session") == session and r.get("lease", 1) == lease)
+
+
 def flag(args, name, default=None):
     return args[args.index(name) + 1] if name in args else default
 
@@ -150,8 +155,8 @@ def test_the_plan_keeps_up_with_vllms_defaults_up_to_4x_the_declared_concurrency
     cache holds at max_model_len; today's plan is the same but for admission, vLLM's default since session 14) and vLLM's
     defaults (1,024) in one lease, fresh caches, over 1, the declared 32 and 4x that: the capped plan's output throughput
     is at least 0.95x the defaults' at every step."""
-    plan = next(r for r in MEASURED["runs"] if r["label"] == f"{kind}-plan" and r.get("session") == 9)
-    default = next(r for r in MEASURED["runs"] if r["label"] == f"{kind}-default" and r.get("session") == 9)
+    plan = recorded(f"{kind}-plan", 9)
+    default = recorded(f"{kind}-default", 9)
     assert is_todays_plan_but_admission(plan["args"], f"{kind}-plan"), "the row is today's plan but for admission"
     steps = {s["concurrency"]: s for s in default["bench"]}
     assert sorted(steps) == [1, 32, 128] == sorted(s["concurrency"] for s in plan["bench"])
@@ -174,8 +179,8 @@ def test_non_catalog_models_planned_from_their_config_against_vllms_defaults(kin
     against 0.6 s), MLA at 32 (0.901x) and gpt-oss at 32 (0.950x), where neither plan's admission binds (409 and 301
     slots for 32 streams) and the two command lines schedule alike: inside the spread of repeated runs of one
     configuration (MoE defaults at 32: 1,196 to 1,766 tok/s over sessions 4, 5 and 9). A plan 10 % behind fails."""
-    plan = next(r for r in MEASURED["runs"] if r["label"] == f"{kind}-plan" and r.get("session") == 10)
-    default = next(r for r in MEASURED["runs"] if r["label"] == f"{kind}-default" and r.get("session") == 10)
+    plan = recorded(f"{kind}-plan", 10)
+    default = recorded(f"{kind}-default", 10)
     assert is_todays_plan_but_admission(plan["args"], f"{kind}-plan"), "the row is today's plan but for admission"
     assert "--max-num-seqs" not in default["args"]
     steps = {s["concurrency"]: s for s in default["bench"]}
@@ -212,14 +217,10 @@ def test_todays_plan_kv_cache_tokens_within_5_percent_of_every_planner_row(run):
     assert abs(planned - measured) / measured <= 0.05
 
 
-def session14(label):
-    return next(r for r in MEASURED["runs"] if r["label"] == label and r.get("session") == 14)
-
-
 def test_hybrid_plan_with_todays_admission_measured_over_the_sweep():
     """Session 14: the Qwen3.5-27B plan with today's admission (--max-num-seqs 111, what the KV cache holds at 8192)
     ran 1, 32 and 128 and every prompt completed; hybrid-default did not run in that lease (cut at its start-up)."""
-    row = session14("hybrid-plan")
+    row = recorded("hybrid-plan", 14)
     assert is_todays_plan_but_admission(row["args"], "hybrid-plan")
     assert int(flag(row["args"], "--max-num-seqs")) == 111 <= row["engine_log"]["max_concurrency"]
     steps = {s["concurrency"]: s for s in row["bench"]}
@@ -235,7 +236,7 @@ def test_long_requests_the_cap_prevents_preemption_but_buys_no_throughput():
     the KV cache (99.6 % in the engine's log) - but the two delivered the same output throughput (within 5 %; both were bound by the carry's
     detokenizer, so the recompute cost could not show), and the cap cost time to first token: the 17 streams past the
     cap waited a whole generation for a slot (p99 TTFT 4.5x the defaults'; p50 1.3x)."""
-    plan, default = session14("llama-plan-long"), session14("llama-default-long")
+    plan, default = recorded("llama-plan-long", 14), recorded("llama-default-long", 14)
     assert is_todays_plan_but_admission(plan["args"], "llama-plan") and RUNS["llama-plan-long"]["same_as"] == "llama-plan"
     assert default["args"] == RUNS["llama-default"]["args"] and "--max-num-seqs" not in default["args"]
     [p], [d] = plan["bench"], default["bench"]
@@ -257,10 +258,6 @@ def test_long_requests_the_cap_prevents_preemption_but_buys_no_throughput():
           f"{d['output_throughput']:.0f} ({ratio:.3f}x); TTFT p50 {ttft_p50:.2f}x, p99 {ttft_p99:.2f}x the defaults'")
     assert 0.95 <= ratio <= 1.05           # no throughput bought (nor lost)
     assert ttft_p50 > 1.0 and ttft_p99 > 2.0   # the queue behind the cap
-
-
-def session15(label):
-    return next(r for r in MEASURED["runs"] if r["label"] == label and r.get("session") == 15)
 
 
 # flags that only name the API's parsers: they change what /v1/chat/completions returns, not what the engine runs
@@ -301,7 +298,7 @@ def test_mla_plan_of_today_keeps_up_with_vllms_defaults_in_one_lease():
     """Session 15: today's DeepSeek-V2-Lite plan (its exact command line) and vLLM's defaults, one lease, fresh caches,
     the same sweep (1, 32, 128 = 4x the declared 32): the same KV cache to the token, and the plan's output throughput at
     least 0.95x the defaults' at every step (measured 1.00x, 1.04x, 1.14x)."""
-    ratios = same_engine_ratios("mla", session15("mla-plan"), session15("mla-default"))
+    ratios = same_engine_ratios("mla", recorded("mla-plan", 15), recorded("mla-default", 15))
     assert all(ratio >= 0.95 for ratio in ratios.values())
 
 
@@ -327,7 +324,7 @@ def test_sliding_window_layers_keep_two_batches_in_flight_on_the_h200():
     plus the tokens in flight a request; vLLM 0.26 counts 2 x max_num_batched_tokens in flight (asynchronous scheduling,
     config/vllm.py max_in_flight_tokens). Today's plan is within 5 % of vLLM's log; counting one batch, as the planner
     did before, it would be about 20 % over."""
-    row = session15("gptoss-plan-32k")
+    row = recorded("gptoss-plan-32k", 15)
     spec = RUNS["gptoss-plan-32k"]
     assert row["args"] == spec["args"] and int(flag(row["args"], "--max-model-len")) == 32768
     [inst] = plan_host("h200x1", hardware_profile("h200x1"), [deployment(spec)])["deployments"][0]["instances"]
@@ -341,16 +338,12 @@ def test_sliding_window_layers_keep_two_batches_in_flight_on_the_h200():
     assert one_batch.concurrency(32768) / engine["max_concurrency"] > 1.15
 
 
-def session16(label, lease=1):
-    return next(r for r in MEASURED["runs"] if r["label"] == label and r.get("session") == 16 and r.get("lease", 1) == lease)
-
-
 @pytest.mark.parametrize("kind", ["dense", "moe", "llama"])
 def test_todays_plans_equal_vllms_defaults_at_1_and_32(kind):
     """Session 16 (issue 17's re-measure after the admission change): today's Qwen3-8B, Qwen3-30B-A3B and Llama-3.1-8B
     plans (their exact command lines) and vLLM's defaults, one lease, fresh caches, 1 / 32 / 128 (4x the declared 32).
     The same KV cache to the token, and at 1 and 32 the plan's output throughput at least 0.95x the defaults'."""
-    ratios = same_engine_ratios(kind, session16(f"{kind}-plan"), session16(f"{kind}-default"))
+    ratios = same_engine_ratios(kind, recorded(f"{kind}-plan", 16), recorded(f"{kind}-default", 16))
     assert ratios[1] >= 0.95 and ratios[32] >= 0.95
 
 
@@ -361,9 +354,9 @@ def test_the_concurrency_128_step_is_run_to_run_spread_not_the_plan():
     0.95x bar is checked at 1 and 32, and at 128 on the repeat."""
     def at128(row):
         return next(s for s in row["bench"] if s["concurrency"] == 128)
-    first = at128(session16("llama-plan"))["output_throughput"] / at128(session16("llama-default"))["output_throughput"]
-    second = at128(session16("llama-plan", 2))["output_throughput"] / at128(session16("llama-default", 2))["output_throughput"]
-    defaults = [at128(session16("llama-default", lease))["output_throughput"] for lease in (1, 2)]
+    first = at128(recorded("llama-plan", 16))["output_throughput"] / at128(recorded("llama-default", 16))["output_throughput"]
+    second = at128(recorded("llama-plan", 16, 2))["output_throughput"] / at128(recorded("llama-default", 16, 2))["output_throughput"]
+    defaults = [at128(recorded("llama-default", 16, lease))["output_throughput"] for lease in (1, 2)]
     spread = max(defaults) / min(defaults)
     print(f"\nllama at 128: plan / defaults {first:.3f}x, then {second:.3f}x; defaults alone {defaults[0]:.0f} and {defaults[1]:.0f}")
     assert second >= 0.95 and spread > 1 / first

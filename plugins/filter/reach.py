@@ -1,6 +1,6 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filter of playbooks/reach.yml: fleet_reach (docs in the sidecar YAML file)."""
+"""Filters of playbooks/reach.yml: fleet_reach and fleet_try_scripts (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,50 @@ def _var(hostvars, host, name, default=None):
     return hostvars[host].get(name, default) if host in hostvars else default
 
 
-def fleet_reach(plans, groups, hostvars, answers=None):
-    """The closing lines: each gateway host's URL (its gateway_listen at its llmfleet_private_address), the key
-    to use (its name; llmfleet_reach_key_file when the inventory says where the key lies), each web UI host's
-    URL and login (llmfleet_reach_password_file likewise)."""
+def _gateways(groups, hostvars):
+    """Each gateway host's entry: its URL (its gateway_listen at its llmfleet_private_address) and the key to use (its
+    name; llmfleet_reach_key_file when the inventory says where the key lies)."""
+    gateways = []
+    for host in groups.get("llm_gateway") or []:
+        if not _var(hostvars, host, "llmfleet_gateway", True):
+            continue
+        address = _var(hostvars, host, "llmfleet_private_address") or _var(hostvars, host, "ansible_host") or host
+        url = gw.local_url(list(_var(hostvars, host, "gateway_listen", ["80"]) or []), str(address))
+        gateways.append(r.gateway_entry(host, url, _var(hostvars, host, "gateway_api_keys", []) or [],
+                                        _var(hostvars, host, "llmfleet_reach_key_name"), _var(hostvars, host, "llmfleet_reach_key_file")))
+    return gateways
+
+
+def _guard(name, func):
     try:
-        gateways = []
-        for host in groups.get("llm_gateway") or []:
-            if not _var(hostvars, host, "llmfleet_gateway", True):
-                continue
-            address = _var(hostvars, host, "llmfleet_private_address") or _var(hostvars, host, "ansible_host") or host
-            url = gw.local_url(list(_var(hostvars, host, "gateway_listen", ["80"]) or []), str(address))
-            gateways.append(r.gateway_entry(host, url, _var(hostvars, host, "gateway_api_keys", []) or [],
-                                            _var(hostvars, host, "llmfleet_reach_key_name"), _var(hostvars, host, "llmfleet_reach_key_file")))
-        webuis = [{"host": h, "url": _var(hostvars, h, "webui_public_url", ""), "email": _var(hostvars, h, "webui_admin_email", ""),
-                   "password_file": _var(hostvars, h, "llmfleet_reach_password_file")}
-                  for h in groups.get("llm_webui") or [] if _var(hostvars, h, "llmfleet_webui", True)]
-        return r.lines(dict(plans or {}), gateways, webuis, list(answers or []))
+        return func()
     except (r.ReachError, gw.GatewayError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
     except (KeyError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"fleet_reach: malformed input ({type(exc).__name__}: {exc})") from exc
+        raise AnsibleFilterError(f"{name}: malformed input ({type(exc).__name__}: {exc})") from exc
+
+
+def fleet_try_scripts(plans, groups, hostvars, folder):
+    """[{path, content}]: per gateway host, a shell script with the summary's curl (reach.yml writes them)."""
+    def make():
+        models = sorted({row[2] for row in r.instance_rows(dict(plans or {}))})
+        return r.scripts(_gateways(groups, hostvars), models, str(folder))
+    return _guard("fleet_try_scripts", make)
+
+
+def fleet_reach(plans, groups, hostvars, answers=None, folder=None):
+    """The closing lines: each gateway host's URL and key (see _gateways), a curl (and, with `folder`, the `sh`
+    command of its try-script), each web UI host's URL and login (llmfleet_reach_password_file says where the
+    password lies)."""
+    def make():
+        gateways = _gateways(groups, hostvars)
+        webuis = [{"host": h, "url": _var(hostvars, h, "webui_public_url", ""), "email": _var(hostvars, h, "webui_admin_email", ""),
+                   "password_file": _var(hostvars, h, "llmfleet_reach_password_file")}
+                  for h in groups.get("llm_webui") or [] if _var(hostvars, h, "llmfleet_webui", True)]
+        return r.lines(dict(plans or {}), gateways, webuis, list(answers or []), folder)
+    return _guard("fleet_reach", make)
 
 
 class FilterModule:
     def filters(self):
-        return {"fleet_reach": fleet_reach}
+        return {"fleet_reach": fleet_reach, "fleet_try_scripts": fleet_try_scripts}

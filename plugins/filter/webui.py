@@ -1,8 +1,8 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters for the web UI: webui_service (what the webui role writes), webui_errors (what is
-wrong with its inputs, no secrets) and webui_front (the gateway's
-server in front of it); docs in the sidecar YAML files."""
+wrong with its inputs, no secrets), webui_front (the gateway's server in front of it) and
+webui_model_settings (each served model's chat settings from the plans); docs in the sidecar YAML files."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def webui_front(listen, port):
     return _call(w.front, list(listen or []), port)
 
 
+def webui_model_settings(plans):
+    return _call(w.model_settings, dict(plans or {}))
+
+
 class FilterModule:
     def filters(self):
-        return {"webui_service": webui_service, "webui_errors": webui_errors, "webui_front": webui_front}
+        return {"webui_service": webui_service, "webui_errors": webui_errors, "webui_front": webui_front,
+                "webui_model_settings": webui_model_settings}

@@ -4,7 +4,7 @@
 Markdown report. Pure and typed; `vllm bench serve` is run by the bench_serve module, the files and charts
 are written by the bench_report module.
 
-Facts (../shared/EDGE.md section 5): `vllm bench serve` ships in every vLLM build, the CPU one included;
+Facts (vLLM vllm/benchmarks/serve.py; docs/sources.md#benchmarks): `vllm bench serve` ships in every vLLM build, the CPU one included;
 `--backend openai-chat --endpoint /v1/chat/completions --dataset-name random --random-input-len I
 --random-output-len O --ignore-eos --num-prompts P --max-concurrency N --percentile-metrics ttft,tpot,itl,e2el
 --metric-percentiles 50,95,99 --save-result --save-detailed --result-dir D --result-filename F` writes one JSON with

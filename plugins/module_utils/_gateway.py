@@ -5,7 +5,7 @@
 Not a public API; may change without notice. Pure and typed: no Ansible imports, no I/O except
 read_fleet_plans, which reads plan files on the controller.
 
-Facts behind the numbers (../shared/EDGE.md section 1):
+Facts behind the numbers (nginx 1.22 ngx_http_upstream_module and ngx_http_proxy_module; docs/sources.md#nginx-upstreams):
 - nginx 1.22 open source has passive health only: max_fails/fail_timeout per server, shared between
   workers only when the upstream has a `zone`.
 - upstream keepalive_timeout must be below the engine's own idle timeout, or nginx reuses a connection

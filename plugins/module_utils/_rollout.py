@@ -4,7 +4,7 @@
 instance.yml): out of the gateway's rotation, wait for its in-flight requests, replace, gate, back in.
 Pure and typed; the role does the I/O.
 
-Facts (../shared/EDGE.md sections 1 and 3): open-source nginx has no drain, only `down` on an upstream server;
+Facts (nginx 1.22 ngx_http_upstream_module; vLLM v1/engine/core.py; docs/sources.md#drain): open-source nginx has no drain, only `down` on an upstream server;
 after `nginx -s reload` a stream in flight finishes on the old worker. vLLM's `/health` stays 200 while it
 drains, so the engine's own `vllm:num_requests_running` and `vllm:num_requests_waiting` (on /metrics, open
 on loopback) say when nothing is in flight.

@@ -235,7 +235,7 @@ _CAUSES: List[Tuple[str, str]] = [
      r"KV cache is needed, which is larger than the available KV cache memory",
      "the KV cache does not fit the memory left after the weights"),
     (r"no kernel image is available for execution on the device",
-     "the image's CUDA build has no kernels for this GPU (V100/sm70 needs a CUDA 12 build, KNOWLEDGE 7)"),
+     "the image's CUDA build has no kernels for this GPU (V100/sm70 needs a CUDA 12 build; vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS from v0.20.0)"),
     (r"BLOCK_SIZE_K // group_size must be one of",
      "vLLM's moe_wna16 num_experts bug (#36008): the plan's patch moe_wna16_num_experts was not loaded"),
     (r"error: unrecognized arguments|error: argument|No such option",

@@ -4,7 +4,8 @@
 gateway, read from the plans, and how the answers are judged and tabled. Pure and typed; the HTTP calls
 are in the openai_check module.
 
-Facts (../shared/EDGE.md section 7): vLLM returns the reasoning text as `reasoning_content` up to 0.11.0,
+Facts (vLLM entrypoints/openai protocol.py by release, PRs #27752 and #33402; docs/sources.md#reasoning-field):
+vLLM returns the reasoning text as `reasoning_content` up to 0.11.0,
 as both `reasoning` and `reasoning_content` from 0.11.1 to 0.15.x, and as `reasoning` only from 0.16.0.
 `--enable-auto-tool-choice` is what makes `tool_choice: auto` acceptable (400 without it).
 """

@@ -3,7 +3,8 @@
 """PRIVATE module_utils of llmfleet.serving: Open WebUI on a gateway host - its environment, its unit and
 where it points. Not a public API. Pure and typed.
 
-Facts behind the settings (../shared/EDGE.md section 4, read in open-webui 0.12.4's env.py/config.py):
+Facts behind the settings (read in open-webui 0.12.4's env.py, config.py, main.py, utils/middleware.py,
+utils/models.py and routers/models.py; docs/gateway.md "Open WebUI" says the same for operators):
 - WEBUI_ADMIN_EMAIL/PASSWORD/NAME create the admin in the app's lifespan start-up when no user exists, and
   uvicorn accepts connections only after the lifespan start-up: the port never answers before the admin
   exists (until a user exists the first signup would become admin, ENABLE_SIGNUP or not).
@@ -13,12 +14,24 @@ Facts behind the settings (../shared/EDGE.md section 4, read in open-webui 0.12.
 - USE_SLIM_DOCKER=true is the mode of the requirements-slim.txt install (no torch, no chromadb; vector
   store pgvector only when used); RAG_EMBEDDING_ENGINE=openai means no embedding model is loaded or
   downloaded; OFFLINE_MODE=true sets HF_HUB_OFFLINE and skips the version check.
+- Tools: a chat's `params.function_calling` defaults to native; for chats from the UI (with capability
+  `builtin_tools`, default on) Open WebUI then sends `tools` (its built-in time, knowledge and chat-history tools).
+  vLLM treats `tools` without `tool_choice` as "auto" and answers 400 ("auto" tool choice requires
+  --enable-auto-tool-choice and --tool-call-parser) when the instance has no tool parser. Only "legacy" turns native
+  tools off (utils/middleware.py compares with 'legacy'). So every model gets a row of its own (routers/models.py
+  /create, /model/update) whose function calling follows its plan, and DEFAULT_MODEL_PARAMS /
+  DEFAULT_MODEL_METADATA make "legacy, no built-in tools" the default for a model no plan describes.
+- A connection model without a row is visible to admins only (utils/models.py get_filtered_models); the row's
+  public read grant (principal user:*) shows it to every signed-in user.
+- Reasoning: streamed `reasoning` / `reasoning_content` deltas (what vLLM's reasoning parsers write) become the
+  collapsible thinking block with no setting (utils/middleware.py); `<think>` tags in content are detected by default.
 - Fixed advisories: 0.12.4 ("strongly recommended" security fixes), 0.11.4 (seven CVEs), 0.9.5 (SSRF),
   0.9.0 (x-api-key bypass): nothing older is accepted.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -33,8 +46,14 @@ MANAGED = (
     "ENABLE_SIGNUP", "DEFAULT_USER_ROLE", "ENABLE_PERSISTENT_CONFIG", "RESET_CONFIG_ON_START", "ENABLE_OLLAMA_API",
     "ENABLE_OPENAI_API", "OPENAI_API_BASE_URLS", "OPENAI_API_KEYS", "OFFLINE_MODE", "HF_HUB_OFFLINE", "RAG_EMBEDDING_ENGINE",
     "RAG_OPENAI_API_BASE_URL", "RAG_OPENAI_API_KEY", "USE_SLIM_DOCKER", "FORWARDED_ALLOW_IPS", "PORT", "HOST",
-    "WEBUI_URL", "CORS_ALLOW_ORIGIN",
+    "WEBUI_URL", "CORS_ALLOW_ORIGIN", "DEFAULT_MODEL_PARAMS", "DEFAULT_MODEL_METADATA",
 )
+# A model no plan describes (one added to the gateway before this role ran again) chats without native tools: the
+# safe default, since vLLM refuses `tools` where the instance has no tool parser.
+DEFAULT_MODEL_PARAMS = {"function_calling": "legacy"}
+DEFAULT_MODEL_METADATA = {"capabilities": {"builtin_tools": False}}
+PUBLIC_READ = {"principal_type": "user", "principal_id": "*", "permission": "read"}
+MODEL_ACCESS = ("public", "admins")
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 
@@ -109,6 +128,8 @@ def environment(options: Mapping[str, Any]) -> Dict[str, str]:
         "ANONYMIZED_TELEMETRY": "false",
         "DO_NOT_TRACK": "true",
         "SCARF_NO_ANALYTICS": "true",
+        "DEFAULT_MODEL_PARAMS": json.dumps(DEFAULT_MODEL_PARAMS, sort_keys=True),
+        "DEFAULT_MODEL_METADATA": json.dumps(DEFAULT_MODEL_METADATA, sort_keys=True),
     }
     if options.get("slim", True):
         env["USE_SLIM_DOCKER"] = "true"
@@ -211,3 +232,93 @@ def front(listen: Optional[Sequence[str]], port: int) -> Dict[str, Any]:
     if not values:
         raise WebUIError("gateway_webui_listen is empty: the web UI on this host needs a listener in front of it")
     return {"listen": values, "backend": f"127.0.0.1:{int(port)}"}
+
+
+def model_settings(plans: Mapping[str, Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """What the web UI sets per served model, from the fleet's plans: native function calling (and Open WebUI's
+    built-in tools) only where every instance of the model was planned with a tool parser, "legacy" elsewhere (no
+    `tools` in the request, which vLLM would refuse). Hosts whose plan has errors serve nothing and are skipped."""
+    seen: Dict[str, Dict[str, Any]] = {}
+    for host in sorted(plans):
+        plan = plans[host]
+        if not isinstance(plan, Mapping):
+            raise WebUIError(f"the plan of {host} is not a mapping: run playbooks/plan.yml")
+        if plan.get("errors"):
+            continue
+        for dep in plan.get("deployments") or []:
+            for inst in dep.get("instances") or []:
+                model = str(inst.get("served_model_name") or dep.get("name"))
+                args = [str(a) for a in inst.get("args") or []]
+                parser = args[args.index("--tool-call-parser") + 1] if "--tool-call-parser" in args[:-1] else None
+                tools = bool(parser) and "--enable-auto-tool-choice" in args
+                reasoning = args[args.index("--reasoning-parser") + 1] if "--reasoning-parser" in args[:-1] else None
+                entry = seen.setdefault(model, {"id": model, "tools": True, "tool_parsers": set(), "reasoning_parsers": set(),
+                                                "instances": 0})
+                entry["instances"] += 1
+                entry["tools"] = entry["tools"] and tools
+                if parser:
+                    entry["tool_parsers"].add(parser)
+                if reasoning:
+                    entry["reasoning_parsers"].add(reasoning)
+    out = []
+    for model in sorted(seen):
+        e = seen[model]
+        tools = bool(e["tools"])
+        if tools:
+            why = f"planned with the {'/'.join(sorted(e['tool_parsers']))} tool parser: native function calling"
+        elif e["tool_parsers"]:
+            why = "not every instance has a tool parser (a change in flight?): legacy function calling until they all do"
+        else:
+            why = "planned without a tool parser (vLLM would refuse `tools`): legacy function calling, no built-in tools"
+        out.append({"id": model, "function_calling": "native" if tools else "legacy", "builtin_tools": tools,
+                    "reasoning_parser": "/".join(sorted(e["reasoning_parsers"])) or None, "why": why})
+    return out
+
+
+def _managed(row: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The part of an Open WebUI model row this role owns (what its diff shows)."""
+    if not row:
+        return {}
+    params = row.get("params") or {}
+    caps = (row.get("meta") or {}).get("capabilities") or {}
+    grants = row.get("access_grants") or []
+    public = any(isinstance(g, Mapping) and all(g.get(k) == v for k, v in PUBLIC_READ.items()) for g in grants)
+    return {"function_calling": params.get("function_calling"), "builtin_tools": caps.get("builtin_tools"),
+            "usage": caps.get("usage"), "public_read": public, "is_active": bool(row.get("is_active", True))}
+
+
+def model_row(setting: Mapping[str, Any], existing: Optional[Mapping[str, Any]], access: str) -> Dict[str, Any]:
+    """The form Open WebUI's /api/v1/models/create or /model/update takes for one served model: the existing row with
+    the managed fields set (a name, description, system prompt or other grants an admin gave it are kept)."""
+    if access not in MODEL_ACCESS:
+        raise WebUIError(f"webui_model_access={access!r} must be one of {', '.join(MODEL_ACCESS)}")
+    base = dict(existing or {})
+    meta = dict(base.get("meta") or {})
+    caps = dict(meta.get("capabilities") or {})
+    # usage: vLLM reports token usage in streams when asked (stream_options.include_usage), so the UI shows it
+    caps.update({"builtin_tools": bool(setting["builtin_tools"]), "usage": True})
+    meta["capabilities"] = caps
+    params = dict(base.get("params") or {})
+    params["function_calling"] = str(setting["function_calling"])
+    grants = [{k: g.get(k) for k in ("principal_type", "principal_id", "permission")}
+              for g in base.get("access_grants") or [] if isinstance(g, Mapping)]
+    grants = [g for g in grants if g != PUBLIC_READ]
+    if access == "public":
+        grants.append(dict(PUBLIC_READ))
+    return {"id": str(setting["id"]), "base_model_id": base.get("base_model_id"), "name": str(base.get("name") or setting["id"]),
+            "meta": meta, "params": params, "access_grants": grants, "is_active": True}
+
+
+def model_changes(settings: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], access: str) -> List[Dict[str, Any]]:
+    """For each planned model whose row differs from what the plan wants: {id, action (create|update), form, before,
+    after}. [] when every row is as planned (the module then reports no change)."""
+    by_id = {str(r.get("id")): r for r in rows if isinstance(r, Mapping)}
+    changes = []
+    for setting in settings:
+        existing = by_id.get(str(setting["id"]))
+        form = model_row(setting, existing, access)
+        before, after = _managed(existing), _managed(form)
+        if before != after:
+            changes.append({"id": str(setting["id"]), "action": "update" if existing else "create", "form": form,
+                            "before": before, "after": after})
+    return changes

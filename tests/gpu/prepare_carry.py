@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
-ENGINE = "vllm==0.26.0"   # the newest release pinned to the device's torch 2.11.0+cu130 (LAB.md)
+ENGINE = "vllm==0.26.0"   # the newest release pinned to the device's torch 2.11.0+cu130 (docs/sources.md#lab-h200)
 PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64", "manylinux_2_39_x86_64", "manylinux1_x86_64"]
 # Not needed to serve a text model on Hopper, or present in other forms on the device.
@@ -115,7 +115,7 @@ def main() -> int:
         if not lock.exists():
             print(f"[carry] resolving {ENGINE} against the device's packages")
             pins = resolve(wheels, present)
-            pins.append("setuptools==80.9.0")   # the device's setuptools 81 is too new for vLLM 0.26 (LAB.md)
+            pins.append("setuptools==80.9.0")   # the device's setuptools 81 is too new for vLLM 0.26 (docs/sources.md#lab-h200)
             pins.append("pycountry==26.2.16")   # imported through mistral_common's extras, which resolve() does not follow
             lock.write_text("# Wheels carried to the lent H200 (tests/gpu/prepare_carry.py); the device image has the rest.\n"
                             + "\n".join(sorted(pins)) + "\n")

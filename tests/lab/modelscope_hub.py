@@ -1,7 +1,8 @@
 """A local STAND-IN for the ModelScope hub and the Hugging Face Hub (neither can be reached from the lab).
 
 It serves the part of the hub's HTTP API that the real `modelscope` SDK calls to download a
-snapshot (shared/MODELSCOPE.md, seen working with modelscope 1.40.2 / modelscope-hub 0.5.1):
+snapshot (modelscope_hub/_download.py and _legacy_api.py; docs/sources.md#hubs;
+seen working with modelscope 1.40.2 / modelscope-hub 0.5.1):
 
     GET /api/v1/models/{owner}/{name}/repo/files?Revision=R&Recursive=True   file listing (Path, Type, Size, Sha256)
     GET /api/v1/models/{owner}/{name}/repo?Revision=R&FilePath=P             file bytes, with Range (206) support

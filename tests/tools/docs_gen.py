@@ -325,8 +325,18 @@ FIXES: Dict[str, str] = {
                              "fix that instance (journalctl -u llmfleet-vllm-<instance> or docker logs) and run verify.yml again.",
     "roles/webui/tasks/main.yml:Check the version": "Each part names the webui_* variable that is wrong; fix it in the inventory.",
     "roles/webui/tasks/main.yml:Check the generated": "Each part names the webui_* variable that is wrong; fix it in the inventory.",
-    "roles/webui/tasks/main.yml:Say why": "The message is the failed check's (the two above); the service was stopped so that no "
-                                          "signup can become the admin.",
+    "roles/webui/tasks/main.yml:Say why": "The message is the failed check's and says what follows: not ready or no admin stops "
+                                          "the service (so that no signup can become the admin); a model row that could not be "
+                                          "written leaves it running.",
+    "did not answer 200 (": "The role stops the service and prints its last log lines (journalctl -u llmfleet-open-webui): fix "
+                            "what they say (a port taken, a broken venv) and run webui.yml again.",
+    "cannot sign in as admin": "The database was made with another admin or password: set webui_admin_email/"
+                               "webui_admin_password to that admin's, or reset the password in the UI; on HTTP 429 wait three minutes.",
+    "GET /api/v1/models/all answered": "Open WebUI refused the admin's model list: look at journalctl -u llmfleet-open-webui and run "
+                                       "webui.yml again.",
+    "the per-model settings are malformed": "Pass the webui_model_settings filter's output as `models` (the webui role does).",
+    "in Open WebUI answered": "Open WebUI refused the model row: look at journalctl -u llmfleet-open-webui; the row can also be set "
+                              "by hand in Admin Settings > Models (function calling: native with a tool parser, else legacy).",
     "cannot run DCU containers yet": "Each missing piece is named: set dcu_runtime_hyhal_archive_url / dcu_runtime_dtk_archive_url "
                                      "(and dcu_runtime_dtk_version) or install hyhal and DTK by hand (docs/host_preparation.md).",
     "roles/gateway/tasks/main.yml:Check the fleet's plans": "Each part names the host whose plan has errors or no instance: fix "

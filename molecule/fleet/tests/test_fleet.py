@@ -355,29 +355,34 @@ def test_verify_passes_on_the_lab_with_one_table():
     assert "5 targets answered every check" in out   # tiny-a on 2 hosts, tiny-b, and the 2 models through the gateway
 
 
-def debug_msg(stdout, task):
-    """The msg list of a debug task in a JSON-result run."""
-    start = stdout.index(f"TASK [{task}]")
-    at = stdout.index("=> {", start) + 3
-    return json.JSONDecoder().raw_decode(stdout[at:])[0]["msg"]
-
-
-def test_site_ends_with_where_to_reach_it_and_the_printed_curl_answers():
-    # site.yml's last two playbooks, in one run as there: verify.yml's answers are shown by reach.yml
-    result = run_playbook("verify.yml", str(HERE.parents[2] / "playbooks" / "reach.yml"))
+def test_site_ends_with_where_to_reach_it_and_the_printed_commands_answer_pasted_as_printed():
+    """site.yml's last two playbooks, in one run as there, with the output an operator sees (the repository's
+    ansible.cfg: the default callback, YAML results): the curl line and the `sh` line are taken from the screen text
+    as a person would select them, and run in a shell."""
+    root = HERE.parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_CALLBACK")}
+    env.update(ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_FORCE_COLOR="false", ANSIBLE_NOCOLOR="1")
+    result = subprocess.run(["ansible-playbook", "-i", INVENTORY, str(root / "playbooks" / "verify.yml"),
+                             str(root / "playbooks" / "reach.yml")],
+                            capture_output=True, text=True, timeout=900, env=env, cwd=str(root), check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    lines = debug_msg(result.stdout, "The fleet, its front door and one answer")
-    print("\n".join(lines))
-    assert lines[0] == "The fleet: 3 instance(s) of 2 model(s) on 2 host(s)"
+    screen = result.stdout[result.stdout.index("TASK [The fleet, its front door and one answer]"):]
+    print(screen[:4000])
+    lines = [line.strip() for line in screen.splitlines()]
+    assert "The fleet: 3 instance(s) of 2 model(s) on 2 host(s)" in lines
     assert "Gateway on llmfleet-fleet-gateway: http://172.30.77.10/v1 (OpenAI-compatible API; every request needs a key)" in lines
-    assert LOAD_KEY not in "\n".join(lines)   # the key is named, never printed
+    assert LOAD_KEY not in screen   # the key is named, never printed
     assert any(line.startswith("Open WebUI on llmfleet-fleet-gateway: http://172.30.77.10:3000  login admin@lab.example") for line in lines)
     assert any(line.startswith("A (tiny-a, through the gateway): ") for line in lines)
-    curl = next(line.split("try:  ", 1)[1] for line in lines if "try:  curl" in line)
-    said = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, LLMFLEET_KEY=LOAD_KEY), check=False)
-    assert said.returncode == 0, said.stderr
-    assert json.loads(said.stdout)["choices"][0]["message"]["role"] == "assistant", said.stdout
+    commands = [line.split("try:  ", 1)[1] for line in lines if line.startswith("try:  curl ")]
+    commands += [line.split("or:   ", 1)[1] for line in lines if line.startswith("or:   sh ")]
+    assert len(commands) == 2, lines
+    for command in commands:
+        said = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, LLMFLEET_KEY=LOAD_KEY), cwd="/", check=False)
+        print(f"[reach] pasted {command[:60]!r}...: rc {said.returncode}, {said.stdout[:160]!r}")
+        assert said.returncode == 0, said.stderr
+        assert json.loads(said.stdout)["choices"][0]["message"]["role"] == "assistant", said.stdout
 
 
 def test_verify_names_a_stopped_instance_and_the_error():

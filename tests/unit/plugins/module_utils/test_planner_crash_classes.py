@@ -1,8 +1,8 @@
 """Issue 17's crash classes, each closed by a rule (not by a case).
 
 The evidence is independent of the planner's arithmetic: config.json numbers from the model cards
-(tests/fixtures/models/, each naming its source), vLLM source facts as /work/shared/MODELS.md and
-KNOWLEDGE.md quote them, and the H200 measurement of issue 17.
+(tests/fixtures/models/, each naming its source), vLLM source facts (the files docs/sources.md names),
+and the H200 measurement of issue 17.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._planner import f
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
-BLOCK = 128     # MODELS.md 2: Qwen3 / DeepSeek FP8 checkpoints use weight_block_size [128, 128]
+BLOCK = 128     # model cards' quantization_config: Qwen3 / DeepSeek FP8 checkpoints use weight_block_size [128, 128]
 
 
 def fixture(name):
@@ -102,7 +102,7 @@ def test_fp8_block_refusal_names_the_numbers_and_the_way_out():
 
 
 def test_fp8_block_rule_covers_the_shared_expert_that_ep_does_not_shard():
-    """Qwen3.5-35B-A3B-FP8 (KNOWLEDGE.md 5: moe_intermediate 512, shared expert 512): at TP=8 the shared
+    """Qwen3.5-35B-A3B-FP8 (config.json: moe_intermediate 512, shared expert 512): at TP=8 the shared
     expert (a TP-sharded MLP even with EP) is 64 wide: no layout loads at TP=8; a forced TP=8 is refused."""
     # the numbers of the case: 512 / 8 = 64 < 128
     dep = {"name": "q", "model": "Qwen/Qwen3.5-35B-A3B-FP8", "workload": {"goal": "latency", "max_model_len": 32768},
@@ -115,9 +115,9 @@ def test_fp8_block_rule_covers_the_shared_expert_that_ep_does_not_shard():
 
 
 @pytest.mark.parametrize("model, tp, expert_only", [
-    ("Qwen/Qwen3-30B-A3B-FP8", 4, True),        # MODELS.md 2: 768 runs TP <= 2 or EP; 768 / 4 = 192
+    ("Qwen/Qwen3-30B-A3B-FP8", 4, True),        # quantization/fp8.py: 768 runs TP <= 2 or EP; 768 / 4 = 192
     ("Qwen/Qwen3-30B-A3B-FP8", 2, None),        # 384 = 3 x 128
-    ("Qwen/Qwen3-235B-A22B-FP8", 4, None),      # MODELS.md 2: TP <= 4
+    ("Qwen/Qwen3-235B-A22B-FP8", 4, None),      # quantization/fp8.py: TP <= 4
     ("Qwen/Qwen3-32B-FP8", 8, None),            # dense: 25600 / 8 = 3200 = 25 x 128
     ("Qwen/Qwen3-30B-A3B", 8, None),            # BF16: no blocks
 ])
@@ -133,7 +133,7 @@ def test_block_problems_by_model_card_numbers(model, tp, expert_only):
 
 @pytest.mark.parametrize("version", ["0.20.0", "0.26.0", "0.33.0"])
 def test_v100_from_020_is_refused_naming_0191(version):
-    """KNOWLEDGE.md 0 (corrected): no official 0.20+ build (CUDA 13, -cu129, -cu128) has sm70 kernels;
+    """vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS (v0.19.1 vs v0.20.0): no official 0.20+ build (CUDA 13, -cu129, -cu128) has sm70 kernels;
     0.19.1 is the last release whose CUDA 12.8/12.9 build lists 7.0."""
     dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": {"version": version}}
     plan = plan_host("h", hardware_profile("dgx1_v100_32gb"), [dep])
@@ -167,7 +167,7 @@ def test_t4_keeps_the_official_cuda13_image():
     ("dgx1_v100_32gb", "0.9.2", "TRITON_ATTN_VLLM_V1"),
 ])
 def test_triton_backend_is_named_as_the_version_takes_it(profile, version, name):
-    """KNOWLEDGE.md 3: TRITON_ATTN_VLLM_V1 up to 0.10.x, TRITON_ATTN from 0.11.0 (platforms/interface.py
+    """vLLM's _Backend enum: TRITON_ATTN_VLLM_V1 up to 0.10.x, TRITON_ATTN from 0.11.0 (platforms/interface.py
     _Backend at v0.10.1.1 vs v0.11.0); before 0.13 the backend is the VLLM_ATTENTION_BACKEND variable."""
     [inst] = only(plan_host("h", hardware_profile(profile), [{"name": "q", "model": "Qwen/Qwen3-0.6B", "gpus": 1,
                                                              "workload": {"max_model_len": 8192}, "engine": {"version": version}}]))
@@ -192,7 +192,7 @@ def _gpt_oss(version, kv="fp8"):
 
 
 def test_fp8_kv_on_sm89_leaves_the_backend_to_vllm_for_a_sink_model():
-    """KNOWLEDGE.md 3: FlashInfer takes attention sinks (gpt-oss) only on sm100; vLLM >= 0.11 itself moves
+    """v1/attention/backends/flashinfer.py: FlashInfer takes attention sinks (gpt-oss) only on sm100; vLLM >= 0.11 itself moves
     fp8 KV on sm80-89 off FlashAttention to a backend that takes it. Forcing FLASHINFER broke gpt-oss."""
     inst = _gpt_oss("0.26.0")
     assert inst["attention_backend"] == "default" and "--attention-backend" not in inst["args"]
@@ -223,7 +223,7 @@ def test_forcing_flashinfer_on_a_sink_model_warns():
 
 @pytest.mark.parametrize("model, version, parser", [
     ("Qwen/Qwen3-Next-80B-A3B-Thinking", "0.15.0", "deepseek_r1"),     # report 001's model and parser
-    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "0.17.0", "qwen3"),           # fixed in 0.17 (MODELS.md 3)
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "0.17.0", "qwen3"),           # fixed in 0.17 (qwen3_reasoning_parser.py)
     ("Qwen/Qwen3-Next-80B-A3B-Instruct", "0.15.0", None),
     ("Qwen/Qwen3-8B", "0.15.0", "qwen3"),                              # hybrid: the template does not open <think>
 ])

@@ -100,7 +100,7 @@ def check(plan):
                     assert arg in BASE_FLAGS or arg in FLAG_SINCE or arg in FLAG_UNTIL, \
                         f"{arg} is in neither BASE_FLAGS nor _engine's flag table: nothing checks it against a real vLLM"
                     assert has_flag(version, arg), f"the planner writes {arg} for vLLM {dep['engine_version']}, which the table denies"
-            # issue 17's crash classes, by the published numbers (KNOWLEDGE.md / MODELS.md), not the planner's helpers:
+            # issue 17's crash classes, by the published numbers (docs/sources.md), not the planner's helpers:
             tp = inst["tensor_parallel_size"]
             if m.quant_method == "fp8" and m.weight_block_size == (128, 128):
                 # every width vLLM shards must stay a multiple of the 128 block; routed experts only without EP

@@ -1,5 +1,5 @@
 """Quantization read the way vLLM reads it, with the minimum compute capability per method and per scheme (issue 17,
-MODELS.md 2): a compressed-tensors checkpoint's floor is its scheme's, ModelOpt's hf_quant_config.json names its
+docs/sources.md#quantization): a compressed-tensors checkpoint's floor is its scheme's, ModelOpt's hf_quant_config.json names its
 algorithm (and FP8 KV-cache scales, which make --kv-cache-dtype auto store fp8). The quantization_config shapes are
 the ones llm-compressor writes for its preset schemes (W4A16, W8A8 INT8, FP8_DYNAMIC, NVFP4, MXFP4, W4A8-FP8) and
 ModelOpt writes into hf_quant_config.json."""
@@ -129,7 +129,7 @@ def test_modelopt_written_into_config_json_is_read_by_its_algorithm():
 
 
 def test_wna16_floor_was_ampere_before_017():
-    """KNOWLEDGE.md 1: compressed-tensors WNA16 needed sm80 at vLLM 0.11, sm75 from 0.17 (Marlin)."""
+    """vLLM compressed_tensors get_min_capability: WNA16 needed sm80 at vLLM 0.11, sm75 from 0.17 (Marlin)."""
     early = plan(llama(SCHEMES["WNA16"]), "t4x4", "0.11.0")
     assert any("compressed-tensors WNA16; sm75 cannot run it in vLLM 0.11.0 (needs sm80+" in e for e in early["errors"])
     assert plan(llama(SCHEMES["WNA16"]), "t4x4", "0.17.0")["errors"] == []

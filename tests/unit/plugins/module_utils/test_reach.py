@@ -4,7 +4,9 @@ the key's name and where it lies (never its value), a curl that parses, the web 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 
 import pytest
 
@@ -64,3 +66,44 @@ def test_the_filter_reads_the_inventory_values():
     text = "\n".join(out)
     assert "Gateway on g: http://172.30.78.10/v1" in text and "off" not in text
     assert "password: webui_admin_password (your vault)" in text
+
+
+def test_the_try_script_holds_the_printed_curl_and_no_key(tmp_path):
+    gw = r.gateway_entry("g", "http://10.0.0.1/v1", KEYS, key_file="/inv/secrets/gateway demo key")
+    [script] = r.scripts([gw], ["smollm2", "other"], str(tmp_path) + "/")
+    assert script["path"] == f"{tmp_path}/try-g.sh"
+    body = script["content"].splitlines()
+    assert body[0] == "#!/bin/sh" and "s3cret" not in script["content"]
+    curl_line = next(line for line in body if line.startswith("curl "))
+    assert curl_line == r.curl("http://10.0.0.1/v1", "other", "$(cat '/inv/secrets/gateway demo key')")
+    out = r.lines(PLANS, [gw], [], folder=str(tmp_path))
+    assert f"  or:   sh {tmp_path}/try-g.sh" in out
+    assert r.scripts([gw], [], str(tmp_path)) == [], "no model, no request to offer"
+
+
+def test_the_try_script_runs_in_sh_and_sends_the_request_the_summary_shows(tmp_path):
+    """The script as written, run by /bin/sh with a stand-in curl on PATH that records its arguments: the same words
+    as the printed curl, the key read from its file."""
+    (tmp_path / "key").write_text("k-123")
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "curl"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    gw = r.gateway_entry("g", "http://10.0.0.1/v1", KEYS, key_file=str(tmp_path / "key"))
+    [script] = r.scripts([gw], ["smollm2"], str(tmp_path))
+    path = tmp_path / "try-g.sh"
+    path.write_text(script["content"])
+    ran = subprocess.run(["sh", str(path)], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}"))
+    words = ran.stdout.splitlines()
+    assert words[:2] == ["-s", "http://10.0.0.1/v1/chat/completions"]
+    assert "Authorization: Bearer k-123" in words
+    assert json.loads(words[words.index("-d") + 1])["model"] == "smollm2"
+
+
+def test_the_filters_offer_the_script_when_given_the_folder():
+    hostvars = {"g": {"llmfleet_private_address": "172.30.78.10", "gateway_listen": ["80"], "gateway_api_keys": KEYS}}
+    groups = {"llm_gateway": ["g"], "llm_webui": []}
+    [script] = reach_filter.fleet_try_scripts(PLANS, groups, hostvars, "/p")
+    assert script["path"] == "/p/try-g.sh" and "$LLMFLEET_KEY" in script["content"]
+    assert "  or:   sh /p/try-g.sh" in reach_filter.fleet_reach(PLANS, groups, hostvars, [], "/p")

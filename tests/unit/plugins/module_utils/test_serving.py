@@ -173,7 +173,7 @@ def test_instance_env_adds_caches_and_offline_switches_but_never_the_key():
 
 def test_stop_timeout_outlasts_the_engines_drain():
     [inst] = serving.plan_instances(cpu_plan())
-    # the CPU build stops in ~2 s on SIGTERM (LAB.md); the runtime waits longer than that before it kills
+    # the CPU build stops in ~2 s on SIGTERM (docs/sources.md#lab-cpu); the runtime waits longer than that before it kills
     assert serving.stop_timeout(inst) == inst["stop_timeout_s"] > 2
     assert any(r["decision"] == f"stop_timeout_s={inst['stop_timeout_s']}" for r in inst["reasons"])
 
@@ -227,7 +227,7 @@ def test_startup_budget_grows_with_weights_compile_and_volta():
     """The health gate's budget against start-ups that were measured, not against its own arithmetic:
     every start-up with half again as much to spare, and what compiling and Volta add at least as large
     as measured. Sources: each H200 run of tests/fixtures/gpu (vLLM 0.26, dummy weights,
-    so no disk time is even in them); LAB.md's CPU start-ups on 2 cores (the tiny model of
+    so no disk time is even in them); the lab's CPU start-ups on 2 cores (docs/sources.md#lab-cpu) (the tiny model of
     tests/lab/make_tiny_model.py, 0.8 M float32 parameters: 36-43 s eager, 56-98 s compiled;
     Gemma-3-270M, 1.1 GB of float32: 60-80 s); field report 003's 5-8 min for
     Qwen3.5-122B-A10B-GPTQ-Int4 on K100_AI; report 001's ~240 s of Triton JIT on V100."""

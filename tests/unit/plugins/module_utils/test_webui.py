@@ -3,6 +3,7 @@ environment (signup off, persistent config off, offline, no local embedding mode
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
@@ -11,6 +12,7 @@ import yaml
 from ansible_collections.llmfleet.serving.plugins.filter import webui as webui_filter
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils import _webui as w
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
 from llmfleet_testing import ROOT
 
@@ -146,3 +148,94 @@ def test_the_two_roles_default_to_the_same_loopback_port():
 def test_a_gateway_without_listeners_is_a_web_ui_error():
     with pytest.raises(w.WebUIError, match="gateway_listen is empty"):
         w.service(dict(OPTIONS, gateway_listen=[]), KEYS)
+
+
+# --- each served model's chat settings in Open WebUI, from real plans -------------------------------------------------
+
+def _plans():
+    """Two engine hosts as the demo and the fleet lab plan them: SmolLM2 (the demo's model, no tool format) and
+    Qwen3 with tools (hermes) on one host, Qwen3 again on the other."""
+    cpu = {"accelerators": [], "links": None, "numa_cpus": {0: "0-7"}, "cpu_count": 8, "memory_mib": 32 * 1024, "driver_version": None}
+    smol = json.loads((pathlib.Path(ROOT) / "tests" / "fixtures" / "models" / "smollm2-135m-instruct.json").read_text())["config"]
+    demo = {"name": "smollm2", "model": {"id": "HuggingFaceTB/SmolLM2-135M-Instruct", "config": smol}, "engine": {"version": "0.32.0"},
+            "workload": {"max_model_len": 2048, "concurrency": 4, "thinking": False, "tools": False},
+            "overrides": {"cpu_kvcache_space_gib": 1}}
+    qwen = {"name": "qwen", "model": "Qwen/Qwen3-0.6B", "engine": {"version": "0.32.0"},
+            "workload": {"max_model_len": 2048, "concurrency": 4, "tools": True}, "overrides": {"cpu_kvcache_space_gib": 1}}
+    return {"e1": plan_host("e1", cpu, [demo, qwen]), "e2": plan_host("e2", cpu, [qwen])}
+
+
+def test_a_model_planned_without_a_tool_parser_chats_in_legacy_mode_and_one_with_a_parser_natively():
+    plans = _plans()
+    assert all(not p["errors"] for p in plans.values())
+    settings = {s["id"]: s for s in w.model_settings(plans)}
+    assert sorted(settings) == ["qwen", "smollm2"]
+    assert settings["smollm2"]["function_calling"] == "legacy" and settings["smollm2"]["builtin_tools"] is False
+    assert "without a tool parser" in settings["smollm2"]["why"]
+    assert settings["qwen"]["function_calling"] == "native" and settings["qwen"]["builtin_tools"] is True
+    assert "hermes" in settings["qwen"]["why"] and settings["qwen"]["reasoning_parser"] == "qwen3"
+
+
+def test_a_model_whose_instances_disagree_stays_legacy_until_every_instance_has_the_parser():
+    plans = _plans()
+    inst = plans["e2"]["deployments"][0]["instances"][0]
+    cut = inst["args"].index("--tool-call-parser")
+    inst["args"] = [a for i, a in enumerate(inst["args"]) if i not in (cut, cut + 1) and a != "--enable-auto-tool-choice"]
+    setting = next(s for s in w.model_settings(plans) if s["id"] == "qwen")
+    assert setting["function_calling"] == "legacy" and "not every instance" in setting["why"]
+
+
+def test_hosts_whose_plan_has_errors_serve_nothing_and_are_skipped():
+    plans = _plans()
+    plans["e1"]["errors"] = ["smollm2: something"]
+    assert [s["id"] for s in w.model_settings(plans)] == ["qwen"]
+    with pytest.raises(w.WebUIError, match="plan of e3"):
+        w.model_settings({"e3": ["not", "a", "plan"]})
+
+
+def test_rows_are_created_then_left_alone_and_an_admins_own_fields_survive_an_update():
+    settings = w.model_settings(_plans())
+    changes = w.model_changes(settings, [], "public")
+    assert [(c["id"], c["action"]) for c in changes] == [("qwen", "create"), ("smollm2", "create")]
+    smol = next(c for c in changes if c["id"] == "smollm2")
+    assert smol["form"]["params"] == {"function_calling": "legacy"}
+    assert smol["form"]["meta"]["capabilities"] == {"builtin_tools": False, "usage": True}
+    assert smol["form"]["access_grants"] == [w.PUBLIC_READ] and smol["form"]["base_model_id"] is None
+    # Open WebUI returns the rows it stored (plus ids and timestamps): nothing left to change
+    stored = [dict(c["form"], user_id="u1", created_at=1, updated_at=1,
+                   access_grants=[dict(g, id="g1", resource_type="model", resource_id=c["id"]) for g in c["form"]["access_grants"]])
+              for c in changes]
+    assert w.model_changes(settings, stored, "public") == []
+    # an admin named the model, gave it a system prompt and a group grant; the plan now gives it a tool parser
+    row = next(r for r in stored if r["id"] == "smollm2")
+    row.update(name="Small chat", params={"function_calling": "legacy", "system": "Be brief."},
+               access_grants=row["access_grants"] + [{"principal_type": "group", "principal_id": "g-team", "permission": "read"}])
+    native = [dict(s, function_calling="native", builtin_tools=True) if s["id"] == "smollm2" else s for s in settings]
+    [change] = w.model_changes(native, stored, "public")
+    assert change["action"] == "update" and change["before"]["function_calling"] == "legacy"
+    assert change["after"]["function_calling"] == "native"
+    form = change["form"]
+    assert form["name"] == "Small chat" and form["params"] == {"function_calling": "native", "system": "Be brief."}
+    assert {"principal_type": "group", "principal_id": "g-team", "permission": "read"} in form["access_grants"]
+
+
+def test_admins_only_access_removes_the_public_grant_and_nothing_else():
+    settings = w.model_settings(_plans())
+    rows = [dict(c["form"]) for c in w.model_changes(settings, [], "public")]
+    changes = w.model_changes(settings, rows, "admins")
+    assert len(changes) == 2 and all(c["form"]["access_grants"] == [] for c in changes)
+    assert all(c["before"]["public_read"] and not c["after"]["public_read"] for c in changes)
+    with pytest.raises(w.WebUIError, match="webui_model_access"):
+        w.model_changes(settings, [], "everyone")
+
+
+def test_a_model_no_plan_describes_chats_without_native_tools_by_default():
+    env = env_of(w.service(OPTIONS, KEYS)["env_text"])
+    assert env["DEFAULT_MODEL_PARAMS"] == '"{\\"function_calling\\": \\"legacy\\"}"'
+    assert env["DEFAULT_MODEL_METADATA"] == '"{\\"capabilities\\": {\\"builtin_tools\\": false}}"'
+    with pytest.raises(w.WebUIError, match="DEFAULT_MODEL_PARAMS"):
+        w.service(dict(OPTIONS, extra_env={"DEFAULT_MODEL_PARAMS": "{}"}), KEYS)
+
+
+def test_the_settings_filter_is_registered():
+    assert webui_filter.FilterModule().filters()["webui_model_settings"] is webui_filter.webui_model_settings

@@ -17,12 +17,14 @@ case $what in
   webui)
     version=$(sed -n 's/^webui_version: *"\?\([0-9.]*\)"\?.*/\1/p' "$here/../../roles/webui/defaults/main.yml")
     [ -n "$version" ] || { echo "[wheelhouse] ERROR: no webui_version in roles/webui/defaults/main.yml" >&2; exit 1; }
-    inputs=("$here/../../roles/webui/defaults/main.yml" "$0")
+    # the pinned release only: another change to the role's defaults needs no new download
+    inputs=("$0")
+    pinned="open-webui==$version"
     label="open-webui==$version and its requirements-slim.txt (~0.25 GB)" ;;
   *) echo "[wheelhouse] ERROR: unknown set '$what' (vllm or webui)" >&2; exit 2 ;;
 esac
 # the inputs' contents only: the same set however the script is called (build.sh and the Makefile use other paths)
-stamp=$dir/.llmfleet-$(cat "${inputs[@]}" | sha256sum | cut -c1-12)
+stamp=$dir/.llmfleet-$({ cat "${inputs[@]}"; [ -z "${pinned:-}" ] || echo "$pinned"; } | sha256sum | cut -c1-12)
 [ -f "$stamp" ] && exit 0
 # shellcheck source=tests/lab/lock.sh
 . "$here/lock.sh"

@@ -28,7 +28,7 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-down build clean clean-lab
+.PHONY: help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
 
 help:
 	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
@@ -149,15 +149,25 @@ test:
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,
 # then site.yml on them exactly as on real hosts (it ends with verify.yml and where to reach it).
+# What the lab needs is made at once, three jobs side by side (each line says which): the lab image; the engines'
+# wheel folder and then the model (converted in a small venv from that folder); the web UI's wheel folder.
 DEMO_MODEL := /var/tmp/llmfleet-demo/models/SmolLM2-135M-Instruct
-demo: venv lab-wheels
-	bash tests/images/build.sh debian12-systemd
-	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
-	bash tests/lab/smollm2.sh $(DEMO_MODEL) $(CPU_VENV)
+demo: venv
+	@echo "[demo] making the lab image, the wheel folders and the model, side by side"
+	@t0=$$SECONDS; $(MAKE) --no-print-directory -j3 demo-image demo-model demo-webui-wheels; \
+	  echo "[demo] the lab's parts are ready ($$((SECONDS - t0)) s)"
 	@echo "[demo] the lab hosts (playbooks/lab.yml -i inventories/local)"
 	ansible-playbook -i inventories/local playbooks/lab.yml
 	@echo "[demo] the stack (site.yml -i inventories/local)"
 	ansible-playbook -i inventories/local site.yml
+
+demo-image:
+	bash tests/images/build.sh debian12-systemd
+demo-model:
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
+	bash tests/lab/smollm2.sh $(DEMO_MODEL) $(CURDIR)/.cache/wheelhouse
+demo-webui-wheels:
+	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse-webui webui
 
 # Only what `make demo` made: the lab hosts, their network and volumes (label llmfleet.lab=llmfleet-demo),
 # the demo's keys and plans. Images, venvs, caches and the model folder stay (make clean-lab removes those).
@@ -165,7 +175,7 @@ demo-down: venv
 	@if docker info >/dev/null 2>&1; then \
 	  ansible-playbook -i inventories/local playbooks/lab.yml -e lab_state=absent; \
 	else echo "[demo-down] no Docker engine answers: no lab host to remove"; fi
-	rm -rf inventories/local/.secrets $(addprefix plans/,$(addsuffix .json,llmfleet-demo-engine1 llmfleet-demo-engine2))
+	rm -rf inventories/local/.secrets $(addprefix plans/,$(addsuffix .json,llmfleet-demo-engine1 llmfleet-demo-engine2)) plans/try-llmfleet-demo-gateway.sh
 
 # README.md's matrix and docs/inventory.md + docs/troubleshooting.md are generated (tests/unit/test_docs.py checks them).
 docs: venv

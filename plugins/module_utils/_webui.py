@@ -276,15 +276,18 @@ def model_settings(plans: Mapping[str, Mapping[str, Any]]) -> List[Dict[str, Any
 
 
 def _managed(row: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-    """The part of an Open WebUI model row this role owns (what its diff shows)."""
+    """The part of an Open WebUI model row this role owns (what its diff shows). Whether a model is active is the
+    admin's (Admin Settings > Models), not the role's."""
     if not row:
         return {}
     params = row.get("params") or {}
     caps = (row.get("meta") or {}).get("capabilities") or {}
-    grants = row.get("access_grants") or []
-    public = any(isinstance(g, Mapping) and all(g.get(k) == v for k, v in PUBLIC_READ.items()) for g in grants)
     return {"function_calling": params.get("function_calling"), "builtin_tools": caps.get("builtin_tools"),
-            "usage": caps.get("usage"), "public_read": public, "is_active": bool(row.get("is_active", True))}
+            "usage": caps.get("usage"), "public_read": _public(row.get("access_grants"))}
+
+
+def _public(grants: Any) -> bool:
+    return any(isinstance(g, Mapping) and all(g.get(k) == v for k, v in PUBLIC_READ.items()) for g in grants or [])
 
 
 def model_row(setting: Mapping[str, Any], existing: Optional[Mapping[str, Any]], access: str) -> Dict[str, Any]:
@@ -305,13 +308,18 @@ def model_row(setting: Mapping[str, Any], existing: Optional[Mapping[str, Any]],
     grants = [g for g in grants if g != PUBLIC_READ]
     if access == "public":
         grants.append(dict(PUBLIC_READ))
-    return {"id": str(setting["id"]), "base_model_id": base.get("base_model_id"), "name": str(base.get("name") or setting["id"]),
-            "meta": meta, "params": params, "access_grants": grants, "is_active": True}
+    form = {"id": str(setting["id"]), "base_model_id": base.get("base_model_id"), "name": str(base.get("name") or setting["id"]),
+            "meta": meta, "params": params, "access_grants": grants}
+    if not existing:
+        form["is_active"] = True   # a new row is active; an existing one keeps what the admin chose
+    return form
 
 
 def model_changes(settings: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], access: str) -> List[Dict[str, Any]]:
-    """For each planned model whose row differs from what the plan wants: {id, action (create|update), form, before,
-    after}. [] when every row is as planned (the module then reports no change)."""
+    """For each planned model whose row differs from what the plan wants: {id, action (create|update), form, grants,
+    before, after}. `grants` is True when an existing row's public grant must change: Open WebUI 0.12's
+    /model/update leaves grants alone (only /create and /model/access/update write them). [] when every row is as
+    planned (the module then reports no change)."""
     by_id = {str(r.get("id")): r for r in rows if isinstance(r, Mapping)}
     changes = []
     for setting in settings:
@@ -320,5 +328,11 @@ def model_changes(settings: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[
         before, after = _managed(existing), _managed(form)
         if before != after:
             changes.append({"id": str(setting["id"]), "action": "update" if existing else "create", "form": form,
+                            "grants": bool(existing) and before.get("public_read") != after["public_read"],
                             "before": before, "after": after})
     return changes
+
+
+def row_as_planned(change: Mapping[str, Any], stored: Optional[Mapping[str, Any]]) -> bool:
+    """Open WebUI's answer (the row it stored) holds what the change wanted."""
+    return _managed(stored) == change["after"]

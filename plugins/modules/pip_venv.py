@@ -213,10 +213,11 @@ def main():
 
     if needs_import_check(read_record(path), record, os.path.exists(python)):
         # the record is written only after the full import check passed: a re-run reads the installed version
-        found, _rc, err = imported_version(module, python, installed_check(import_target(dist, p["import_name"])[1]))
+        quick = installed_check(import_target(dist, p["import_name"])[0], dist)
+        found, _rc, err = imported_version(module, python, quick)
         if version_matches(found, version):
             module.exit_json(changed=False, version=found, **result)
-        module.warn(f"{path} was installed before but `{check}` now gives {found or err.strip().splitlines()[-1:]}; "
+        module.warn(f"{path} was installed before but `{quick}` now gives {found or err.strip().splitlines()[-1:]}; "
                     "building a new venv beside it")
     if module.check_mode:
         module.exit_json(changed=True, msg=f"would install {p['package']} into {path}", **result)

@@ -14,10 +14,11 @@ description:
   - Signs in as the admin (proves the admin exists with the inventory's password).
   - "For every model in O(models) (the C(webui_model_settings) filter's output: one entry per served model of the
     fleet's plans) makes Open WebUI's own model row say how to chat with it, through Open WebUI's API
-    C(/api/v1/models/create) and C(/api/v1/models/model/update): native function calling where every instance has a
+    C(/api/v1/models/create) and C(/api/v1/models/model/update) (a changed grant through
+    C(/api/v1/models/model/access/update)): native function calling where every instance has a
     tool parser, C(legacy) (no C(tools) in the request, which vLLM would refuse) elsewhere; with O(access=public), a
-    read grant for every signed-in user. Fields an admin set (name, description, system prompt, other grants) are
-    kept."
+    read grant for every signed-in user. Fields an admin set (name, description, system prompt, other grants,
+    active or not) are kept; the row Open WebUI answers with is checked."
   - Changes only rows that differ; a second run reports no change.
 author:
   - llmfleet.serving developers (!UNKNOWN)
@@ -112,7 +113,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
-from ansible_collections.llmfleet.serving.plugins.module_utils._webui import WebUIError, model_changes
+from ansible_collections.llmfleet.serving.plugins.module_utils._webui import WebUIError, model_changes, row_as_planned
 
 
 def _active(module, unit):
@@ -178,8 +179,16 @@ def main():
         for change in changes:
             path = "/api/v1/models/create" if change["action"] == "create" else "/api/v1/models/model/update"
             status, answer = call(url + path, change["form"], api_key=token, timeout=30)
+            if status == 200 and change["grants"]:
+                # /model/update leaves an existing row's grants as they are: they have their own endpoint
+                status, answer = call(url + "/api/v1/models/model/access/update",
+                                      {k: change["form"][k] for k in ("id", "name", "access_grants")}, api_key=token, timeout=30)
             if status != 200:
                 module.fail_json(msg=f"{change['action']} of model {change['id']} in Open WebUI answered {status}: {error_text(answer)}",
+                                 stage="models", ready_s=round(waited, 1))
+            if not row_as_planned(change, answer):
+                module.fail_json(msg=f"{change['action']} of model {change['id']} in Open WebUI answered 200 but the row it stored "
+                                     f"is not the planned one (wanted {change['after']}, stored {error_text(answer)})",
                                  stage="models", ready_s=round(waited, 1))
     report = [{k: c[k] for k in ("id", "action", "before", "after")} for c in changes]
     module.exit_json(changed=bool(changes), ready_s=round(waited, 1), models=p["models"], changes=report,

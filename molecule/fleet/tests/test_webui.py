@@ -114,12 +114,30 @@ def test_each_models_chat_settings_follow_its_plan():
     assert "--tool-call-parser" in args["tiny-a"] and "--tool-call-parser" not in args["tiny-b"]
 
 
+# The lab's models have random weights: unbounded, an answer runs to max_model_len (512 tokens, about three minutes
+# on this CPU per chat). The admin's own chat setting (Open WebUI's Settings > General > Advanced Params, sent as
+# `params.max_tokens` with each chat) bounds it; the product sets none, the request path is the same.
+ANSWER_TOKENS = 32
+
+
+def cap_answers(tokens):
+    status, signed = call("/api/v1/auths/signin", ADMIN)
+    assert status == 200
+    status, settings = call("/api/v1/users/user/settings", token=signed["token"])
+    assert status == 200
+    ui = dict((settings or {}).get("ui") or {})
+    ui["params"] = dict(ui.get("params") or {}, max_tokens=tokens)
+    status, saved = call("/api/v1/users/user/settings/update", {"ui": ui}, token=signed["token"])
+    assert status == 200 and saved["ui"]["params"]["max_tokens"] == tokens, saved
+
+
 @pytest.mark.parametrize("model, tools", [("tiny-b", False), ("tiny-a", True)])
 def test_in_a_browser_the_admin_signs_in_picks_a_model_and_gets_a_streamed_answer(model, tools):
     """The newcomer's first chat, for a model without a tool parser (the demo's configuration) and one with: the
     page shows an answer, no error box, and every chat request the web UI sent through the gateway got 200 (a
     model without a parser refuses native `tools` with 400)."""
     gateway = gateway_host()
+    cap_answers(ANSWER_TOKENS)
     before = len(gateway.file(UI_LOG).content_string.splitlines())
     before_gw = len(gateway.file(GATEWAY_LOG).content_string.splitlines())
     shot = ARTIFACTS / f"chat-{'tools' if tools else 'no-tools'}-{model}.png"

@@ -167,7 +167,7 @@ def _render(tmp_path, model, edge=None, webui=None, tls_dir=None):
     env.filters["ansible.builtin.items2dict"] = lambda items, key_name, value_name: {i[key_name]: i[value_name] for i in items}
     root = tmp_path / "etc"
     (root / "llmfleet").mkdir(parents=True)
-    ctx = {"ansible_managed": "test", "gateway_worker_processes": 1, "gateway_worker_connections": 64, "__gateway_root": str(root),
+    ctx = {"ansible_managed": "test", "gateway_worker_processes": 1, "gateway_worker_connections": 64,
            "gateway_extra_http_config": "", "gateway_rate_limit": "20r/s", "gateway_rate_burst": 40, "__gateway_model": model,
            "gateway_listen": ["127.0.0.1:18099"], "gateway_client_max_body_size": "1m", "gateway_proxy_read_timeout": "600s",
            "gateway_proxy_connect_timeout": "5s", "__gateway_engine_key": "E" * 48,

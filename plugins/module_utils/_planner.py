@@ -24,7 +24,7 @@ from ._engine import (
     nvidia_image, official_image_cuda, parse_version, vstr,
 )
 from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware
-from ._host_runtime import driver_verdict
+from ._nvidia_driver import driver_verdict
 from ._host_needs import (
     HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, drain_timeout, model_source, os_packages, stop_timeout,
 )

@@ -27,6 +27,7 @@ SUPPORTED_OS: Dict[str, Tuple[str, ...]] = {
 CODENAMES = {("Debian", "11"): "bullseye", ("Debian", "12"): "bookworm", ("Debian", "13"): "trixie",
              ("Ubuntu", "20.04"): "focal", ("Ubuntu", "22.04"): "jammy", ("Ubuntu", "24.04"): "noble"}
 
+
 def os_problem(distribution: str, version: str, role: str) -> Optional[str]:
     """None when (distribution, major version) is supported, else the sentence to fail with."""
     supported = SUPPORTED_OS.get(distribution)

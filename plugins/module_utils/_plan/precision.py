@@ -154,7 +154,7 @@ def _cpu_dtype(cpu_flags: Optional[AbstractSet[str]], ctx: Ctx) -> str:
 
 
 def dtype_of(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx, forced: Optional[str],
-           cpu_flags: Optional[AbstractSet[str]] = None) -> str:
+             cpu_flags: Optional[AbstractSet[str]] = None) -> str:
     if forced:
         ctx.why(f"dtype={forced}", "forced by overrides")
         return forced

@@ -29,8 +29,8 @@ def test_the_composer_reads_typed_options_and_a_mapping_alike():
     hw = validate_hardware(hardware_profile("h200_sxm_8x"), source="test")
     [d] = check_deployments([{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}, "gpus": 2}], "h")
     typed = plan_deployment(d, hw, "h", {}, frozenset({9000}), OPTS)
-    mapping = plan_deployment(d, hw, "h", {}, frozenset({9000}), {"bind_address": "127.0.0.1", "bind_why": OPTS.bind_why,
-                                                                   "base_port": 9000})
+    as_mapping = {"bind_address": "127.0.0.1", "bind_why": OPTS.bind_why, "base_port": 9000}
+    mapping = plan_deployment(d, hw, "h", {}, frozenset({9000}), as_mapping)
     assert typed == mapping and typed.ports == [9001, 9002] and typed.gpus == [0, 1]
     args = typed.deployment["instances"][0]["args"]
     assert args[args.index("--port") + 1] == "9001"

@@ -8,12 +8,13 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import FleetPlanError, read_fleet_plans
 
 
 def _call(func, *args):
     try:
         return func(*args)
-    except gw.GatewayError as exc:
+    except (gw.GatewayError, FleetPlanError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
@@ -24,7 +25,7 @@ def gateway_plans(hosts, hostvars, plan_dir):
     for host in hosts:
         plan = hostvars[host].get("llmfleet_plan") if host in hostvars else None
         facts[host] = plan
-    return _call(gw.read_fleet_plans, list(hosts), facts, str(plan_dir))
+    return _call(read_fleet_plans, list(hosts), facts, str(plan_dir))
 
 
 def gateway_model(plans, gateway_host, options=None):

@@ -2,8 +2,8 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """PRIVATE module_utils of llmfleet.serving: the fleet's plans turned into the gateway's model.
 
-Not a public API; may change without notice. Pure and typed: no Ansible imports, no I/O except
-read_fleet_plans, which reads plan files on the controller.
+Not a public API; may change without notice. Pure and typed: no Ansible imports, no I/O (the plan files are
+read by _fleet_plans).
 
 Facts behind the numbers (nginx 1.22 ngx_http_upstream_module and ngx_http_proxy_module; docs/sources.md#nginx-upstreams):
 - nginx 1.22 open source has passive health only: max_fails/fail_timeout per server, shared between
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import json
-import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files
 
 ALLOWED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health")
 LOOPBACK = "127.0.0.1"
@@ -44,22 +44,11 @@ def upstream_name(model: str) -> str:
 
 
 def read_fleet_plans(hosts: Sequence[str], fact_plans: Mapping[str, Any], plan_dir: str) -> Dict[str, Dict[str, Any]]:
-    """Each host's plan: the llmfleet_plan fact when this run has one (fact_plans[host]), else the plan
-    file <plan_dir>/<host>.json that playbooks/plan.yml wrote. A host with neither raises, naming the fix."""
-    plans: Dict[str, Dict[str, Any]] = {}
-    for host in hosts:
-        plan = fact_plans.get(host)
-        if not plan:
-            path = os.path.join(plan_dir, f"{host}.json")
-            if not os.path.exists(path):
-                raise GatewayError(f"{host} has no plan: no llmfleet_plan fact in this run and no {path}; "
-                                   "run playbooks/plan.yml (site.yml does) or set llmfleet_plan_dir")
-            with open(path, encoding="utf-8") as handle:
-                plan = json.load(handle)
-        if not isinstance(plan, Mapping):
-            raise GatewayError(f"{host}: the plan must be a mapping, got {type(plan).__name__}")
-        plans[host] = dict(plan)
-    return plans
+    """_fleet_plans.read_fleet_plans, its refusal as a GatewayError (for callers that catch the gateway's errors)."""
+    try:
+        return read_plan_files(hosts, fact_plans, plan_dir)
+    except FleetPlanError as exc:
+        raise GatewayError(str(exc)) from exc
 
 
 def _instances(plan: Mapping[str, Any]):

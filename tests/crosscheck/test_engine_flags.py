@@ -192,7 +192,7 @@ def test_every_planned_flag_and_choice_is_the_engines(engine):
             elif value is not None and engine.flags[flag] is not None and value not in engine.flags[flag]:
                 wrong.append(f"{label}: {flag} {value}: vLLM {engine.version} offers {sorted(engine.flags[flag])}")
     # the plans must exercise every flag the planner can write for this version (its string literals)
-    source = (ROOT / "plugins" / "module_utils" / "_planner.py").read_text(encoding="utf-8")
+    source = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "plugins" / "module_utils" / "_plan").glob("*.py")))
     can = {f for f in re.findall(r'"(--[a-z0-9-]+)"', source) if has_flag(version, f)}
     missing = sorted(can - set(seen))
     print(f"vLLM {engine.version}: {len(plans)} planned instances, flags {sorted(seen)}")

@@ -262,7 +262,7 @@ def _cell(text: str) -> str:
 def inventory_md() -> str:
     lines = [GENERATED, "", "# Inventory reference", "",
              "Every variable this collection reads, from the code: the host-level `llmfleet_*` variables the playbooks read, "
-             "the keys of an `llmfleet_deployments` entry (`plugins/module_utils/_planner.py`: `DEPLOYMENT_KEYS`, `WORKLOAD_KEYS`, "
+             "the keys of an `llmfleet_deployments` entry (`plugins/module_utils/_plan/inputs.py`: `DEPLOYMENT_KEYS`, `WORKLOAD_KEYS`, "
              "`ENGINE_KEYS`, `OVERRIDE_KEYS`, `PLAN_OPTIONS`, described in `DEPLOYMENT_DOC`), and each role's variables "
              "(`roles/*/meta/argument_specs.yml`; every role input is checked against its spec before the role changes anything). "
              "A key the planner does not know fails the plan, naming the known ones.", "",
@@ -611,15 +611,21 @@ def _sentences(tree: ast.AST, names: set, rel: str) -> List[Tuple[str, str, str]
 def plugin_failures() -> List[Tuple[str, str, str]]:
     rows = []
     for folder in ("module_utils", "modules", "filter"):
-        for path in sorted((ROOT / "plugins" / folder).glob("*.py")):
+        trees = {path: ast.parse(path.read_text()) for path in sorted((ROOT / "plugins" / folder).rglob("*.py"))}
+        producers: Dict[pathlib.Path, set] = {}
+        for path, tree in trees.items():
+            found = _Producers()
+            found.visit(tree)
+            producers[path] = found.names
+        for path, tree in trees.items():
             rel = str(path.relative_to(ROOT))
-            tree = ast.parse(path.read_text())
             finder = _Finder(rel)
             finder.visit(tree)
             rows += finder.rows
-            producers = _Producers()
-            producers.visit(tree)
-            rows += _sentences(tree, producers.names | SENTENCE_FUNCTIONS.get(rel, set()), rel)
+            # the modules of a package (module_utils/_plan) raise each other's sentence functions
+            names = set().union(*(n for p, n in producers.items() if p.parent == path.parent)) \
+                if (path.parent / "__init__.py").exists() else producers[path]
+            rows += _sentences(tree, names | SENTENCE_FUNCTIONS.get(rel, set()), rel)
     return rows
 
 

@@ -29,7 +29,7 @@ def test_failure_messages_are_found():
     # one of each kind: a role's fail, an assert's fail_msg, a playbook's fail, a plugin's raise / fail_json / plan error
     assert "roles/dcu_runtime/tasks/main.yml" in where and "playbooks/plan.yml" in where
     assert any(m.startswith("Containers cannot use the GPUs") for _p, _w, m in rows)
-    assert any("does not fit on" in m and p.endswith("_planner.py") for p, _w, m in rows)
+    assert any("does not fit on" in m and p.startswith("plugins/module_utils/_plan/") for p, _w, m in rows)   # the planner package
     assert any(p.startswith("plugins/modules/") for p, _w, _m in rows)
 
 

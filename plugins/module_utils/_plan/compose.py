@@ -1,0 +1,107 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The composer: one deployment's stages in order (plan_deployment), a host's deployments (plan_host), its table."""
+
+from __future__ import annotations
+
+import json
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Union
+
+from .._engine import parse_version, vstr
+from .base import Ctx, Refusal
+from .engine import engine_build
+from .features import choose_features
+from .hints import variant_fits
+from .inputs import check_deployments, check_host, read_request
+from .instances import cpu_instance, gpu_instances
+from .layout import choose_layout
+from .model import check_engine_runs, choose_model, extend_context, profile_summary, serving_source
+from .precision import choose_precision
+from .sizer import Sizer, forced_seqs, gpu_budget
+from .sizing import CPU_DEFAULT_MAX_BATCHED, size_cpu, size_instances
+from .stages import HostOptions, Planned
+from .topology import place
+
+
+def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ports: AbstractSet[int],
+                    options: Union[HostOptions, Mapping[str, Any]]) -> Planned:
+    """One deployment's plan: the stages in order, each a function of the results before it. `taken` and `ports` are
+    what the host's other deployments already use; the result says what this one takes."""
+    opts = options if isinstance(options, HostOptions) else HostOptions.of(options)
+    ctx = Ctx([])
+    out: Dict[str, Any] = {"name": d["name"], "model": None, "engine_version": vstr(parse_version(d["engine"]["version"])),
+                           "instances": [], "reasons": ctx.reasons}
+    try:
+        req = read_request(d, ctx)
+        m = choose_model(d, req, opts.model_metadata)
+        out["model"] = m.id
+        serving = serving_source(d, req, m, opts, ctx)
+        out["model_source"], out["model_profile"] = serving.source, profile_summary(m)
+        check_engine_runs(m, req)
+        m, hf_overrides = extend_context(d, req, m, ctx)
+        p = place(d, req, hw, host, taken, ctx)
+        build, build_problems = engine_build(d, req, p, hw, ctx)
+        precision, precision_problems = choose_precision(m, req, p, ctx, variant_fits(m, req, p))
+        if build_problems or precision_problems:
+            raise Refusal(*build_problems, *precision_problems)
+        if p.vendor == "cpu":
+            cpu = size_cpu(m, req, hw, host, precision.dtype, ctx)
+            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, cpu.kv_dtype, hf_overrides, ctx)
+            out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, serving, hw, opts, ports, ctx)]
+        else:
+            budget = gpu_budget(req, p, precision.eager, ctx)
+            sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_model_len,
+                          forced_seqs(req), p.cc, build.image_cuda)
+            layout = choose_layout(m, req, p, hw, sizer, ctx)
+            sizing = size_instances(m, req, p, layout, sizer, ctx)
+            feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx)
+            out["instances"] = gpu_instances(d, req, m, p, build, precision, budget, layout, sizing, feats, serving, hw, opts, ports, ctx)
+    except Refusal as exc:
+        return Planned(out, exc.messages, ctx.warnings, [], [])
+    return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]], [i["port"] for i in out["instances"]])
+
+
+def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The plan of one host (docs/planner.md). Malformed input raises PlanError; an impossible
+    request returns `errors` and no instances."""
+    hw, opts = check_host(host, hardware, options)
+    deps = check_deployments(deployments, host)
+    errors: List[str] = []
+    warnings: List[str] = []
+    taken: Dict[int, str] = {}
+    ports: set = set()
+    # explicit GPU lists first, so 'all' / counts take what is left
+    order = sorted(range(len(deps)), key=lambda i: 0 if isinstance(deps[i].get("gpus"), list) else 1)
+    results: Dict[int, Dict[str, Any]] = {}
+    for i in order:
+        one = plan_deployment(deps[i], hw, host, taken, ports, opts)
+        results[i] = one.deployment
+        errors += one.errors
+        warnings += one.warnings
+        taken.update({g: deps[i]["name"] for g in one.gpus})
+        ports.update(one.ports)
+    planned = [results[i] for i in range(len(deps))]
+    if errors:
+        for dep in planned:
+            dep["instances"] = []
+    return {"host": host, "hardware": json.loads(json.dumps(hw)), "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned}
+
+
+def summary_table(plan: Mapping[str, Any]) -> List[str]:
+    """The compact per-host table plan.yml prints."""
+    lines = [f"{plan['host']}: " + ("ERRORS" if plan["errors"] else f"{sum(len(d['instances']) for d in plan['deployments'])} instance(s)")]
+    header = f"{'instance':<22}{'GPUs':<12}{'TP':>3} {'port':>5}  {'weights/GPU':>11} {'KV/GPU':>8} {'KV tokens':>10} {'max conc':>8}  cpuset"
+    lines.append(header)
+    for d in plan["deployments"]:
+        for i in d["instances"]:
+            mem = i["memory"]
+            lines.append(f"{i['name']:<22}{','.join(map(str, i['gpus'])) or 'cpu':<12}{i['tensor_parallel_size']:>3} {i['port']:>5}  "
+                         f"{mem.get('weights_gib_per_gpu', mem.get('weights_gib', 0)):>9.1f}Gi "
+                         f"{mem.get('kv_cache_gib_per_gpu', mem.get('kv_cache_gib', 0)):>6.1f}Gi {mem['kv_cache_tokens']:>10} "
+                         f"{mem['max_concurrency_at_max_len']:>8.1f}  {i['cpuset'] or '-'}")
+    for d in plan["deployments"]:
+        if d["instances"]:
+            lines.append(f"{d['name']} ({d['model']}, vLLM {d['engine_version']}): " + "; ".join(f"{r['decision']}: {r['why']}" for r in d["reasons"]))
+    lines += [f"WARNING: {w}" for w in plan["warnings"]]
+    lines += [f"ERROR: {e}" for e in plan["errors"]]
+    return lines

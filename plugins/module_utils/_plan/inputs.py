@@ -1,0 +1,256 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The inventory's side: the keys a deployment and the host options may give, their checks, and stage 1 (the request)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from .._engine import FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, EngineError, has_flag, parse_version, vstr
+from .._hardware import HardwareError, validate_hardware
+from .._host_needs import SHUTDOWN_FLAG, NeedsError, bind_address
+from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
+from .stages import HostOptions, Request
+
+
+DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env"}
+# flags the planner writes itself (launch_args), and the overrides key that sets each, where there is one: an
+# extra_args entry may not set them twice
+PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port": "port", "--tensor-parallel-size": "tensor_parallel_size",
+                 "--dtype": "dtype", "--quantization": "quantization", "--kv-cache-dtype": "kv_cache_dtype",
+                 "--max-model-len": "max_model_len", "--max-num-seqs": "max_num_seqs",
+                 "--gpu-memory-utilization": "gpu_memory_utilization", "--max-num-batched-tokens": "max_num_batched_tokens",
+                 "--max-cudagraph-capture-size": None, "--attention-backend": "attention_backend", "--mm-encoder-attn-backend": None,
+                 "--language-model-only": None, "--enable-reasoning": None, "--reasoning-parser": "reasoning_parser",
+                 "--enable-auto-tool-choice": None, "--tool-call-parser": "tool_call_parser",
+                 "--default-chat-template-kwargs": None, "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
+                 # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
+                 SHUTDOWN_FLAG: None}
+# environment the planner or the roles set: an extra_env entry may not replace them
+PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_API_KEY",
+               "VLLM_ATTENTION_BACKEND"}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENGINE_KEYS = {"version", "image", "cuda"}
+# plan_host's options (playbooks/plan.yml fills them from the inventory)
+PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata"}
+WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
+OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
+                 "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
+                 "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel",
+                 "drain_timeout_s"}
+# What each key above means (docs/inventory.md is generated from it; tests/unit/test_docs.py holds it complete):
+# a DEPLOYMENT_KEYS key by its name, the others as workload.<key>, engine.<key>, overrides.<key>, options.<key>
+DEPLOYMENT_DOC: Dict[str, str] = {
+    "name": "Required. Lower-case letters, digits, '.', '_' or '-' (at most 63): instances are <name>-0, -1 ...; unique per host.",
+    "model": "Required. A catalog id (Qwen/Qwen3-8B; case and owner optional), or a mapping: {id, path} serves a local folder "
+             "(not fetched), {id, config, weight_bytes} plans from a config.json given inline, revision pins the hub revision.",
+    "gpus": "all (default), a count (taken from one NVLink clique or NUMA node where possible), or a list of GPU indices; "
+            "deployments of one host use disjoint GPUs. Ignored on CPU hosts.",
+    "workload": "What the deployment must hold (the workload.* keys); it sizes TP, the KV cache and admission.",
+    "engine": "Required: {version: \"0.18.0\"}; the image or package follows from the version and the hardware.",
+    "overrides": "Force any planner decision (the overrides.* keys); the plan's reason then says \"forced by overrides\".",
+    "served_name": "The model name clients ask for (the gateway routes by it); default: name.",
+    "port": f"The first instance's port (1024-65535); default: the host's next free port from llmfleet_vllm_base_port ({DEFAULT_BASE_PORT}).",
+    "extra_args": "Flags appended after the planned ones, e.g. [--enable-prefix-caching]; a flag the planner writes is refused "
+                  "(naming the overrides key), one this engine version lacks too.",
+    "extra_env": "Environment added to every instance, e.g. {VLLM_LOGGING_LEVEL: DEBUG}; the variables the plan or the roles "
+                 "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced.",
+    "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context. "
+                              "Beyond the context, YaRN where the family's model card documents it (Qwen3: up to 131072).",
+    "workload.concurrency": f"Concurrent requests the deployment must hold (default {DEFAULT_CONCURRENCY}, a planner default the "
+                            "reasons name): weighs the TP layout and decides fp8 KV; admission stays vLLM's default.",
+    "workload.goal": "throughput (default: the smallest TP whose instances hold the declared concurrency at a declared max_model_len, "
+                     "else the smallest that fits: most replicas) or latency (the widest TP on all-to-all NVLink).",
+    "workload.thinking": "Default enable_thinking of a hybrid thinking model's chat template (default false: answers without "
+                         "a thinking section; clients may still ask per request).",
+    "workload.tools": "Tool calling on (default true): the family's tool-call parser and --enable-auto-tool-choice.",
+    "workload.vision": "false skips a multimodal model's vision tower (--language-model-only, vLLM 0.17+); default true.",
+    "engine.version": "Required. The vLLM release, e.g. \"0.18.0\"; 0.8.5 is the oldest planned, newer than the planner's "
+                      "table plans with a warning.",
+    "engine.image": "Your own image instead of the planner's (a tag or digest, never latest); needed on AMD and for V100 from 0.20.",
+    "engine.cuda": "The CUDA level engine.image is built with (\"12.9\"), for the driver check.",
+    "overrides.tensor_parallel_size": "GPUs per instance; must divide the model's heads and the GPUs assigned.",
+    "overrides.instances": "How many instances (default: GPUs / TP).",
+    "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere; on CPUs "
+                       "bfloat16 with AMX or AVX-512 BF16, else float32).",
+    "overrides.quantization": "--quantization instead of the checkpoint's own.",
+    "overrides.kv_cache_dtype": "auto or fp8 ...: instead of the planner's (fp8 only on sm89+ and when the load needs it; "
+                                "on a CPU host fp8 needs AVX-512 or AMX and is never planned by itself).",
+    "overrides.attention_backend": "A vLLM attention backend name (the planner spells it for the version).",
+    "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
+    "overrides.drain_timeout_s": "Seconds a change waits for the instance's in-flight requests after it leaves the gateway's "
+                                 "rotation (default 120).",
+    "overrides.max_num_seqs": "Admission cap instead of vLLM's default (the plan's): the plan's max_concurrency_at_max_len admits only "
+                              "what the KV cache holds at full length - no preemption, at a cost in time to first token "
+                              "(docs/benchmarks/h200.md, session 14).",
+    "overrides.gpu_memory_utilization": "Fraction of each GPU vLLM may use, instead of its default (lowered before vLLM 0.21).",
+    "overrides.enforce_eager": "true turns CUDA graphs and torch.compile off (slower decode; default on CPUs only).",
+    "overrides.max_num_batched_tokens": "--max-num-batched-tokens (default: vLLM's for the card); the activation memory follows it.",
+    "overrides.reasoning_parser": "Reasoning parser instead of the family's (_engine.PARSERS).",
+    "overrides.tool_call_parser": "Tool-call parser instead of the family's (_engine.PARSERS).",
+    "overrides.image": "As engine.image, but wins over it.",
+    "overrides.cpu_kvcache_space_gib": "CPU hosts: VLLM_CPU_KVCACHE_SPACE in GiB instead of what the requests need.",
+    "overrides.expert_parallel": "true adds --enable-expert-parallel; false forbids it (FP8 block checkpoints then exclude the TP sizes that need it).",
+    "options.base_port": f"llmfleet_vllm_base_port: the first port of the host's instances (default {DEFAULT_BASE_PORT}).",
+    "options.model_root": "llmfleet_model_root: the folder fetched models go to, <root>/<name> (default /models).",
+    "options.gateway_on_host": "Whether the host is in llm_gateway: the engine listens on loopback and no edge nginx is planned.",
+    "options.private_address": "llmfleet_private_address: where this host's edge nginx listens for the gateway when that runs "
+                               "elsewhere (a private address, never guessed from ansible_host); the engine stays on loopback.",
+    "options.model_metadata": "Set by plan.yml, not in the inventory: for each model named by a hub id outside the catalog, the "
+                              "controller folder its config.json was fetched to (model_store_source, model_store_controller_endpoint, "
+                              "llmfleet_metadata_cache), the weights' size the hub lists, and where from.",
+    "options.hyhal_dir": "llmfleet_hyhal_dir: Hygon's hyhal folder, mounted read-only into the engine (default /opt/hyhal).",
+}
+
+
+def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
+    where = f"{host}: llmfleet_deployments"
+    if not isinstance(deployments, list) or not deployments:
+        raise PlanError(f"{where} must be a non-empty list, got {deployments!r}")
+    names = set()
+    for i, d in enumerate(deployments):
+        if not isinstance(d, Mapping):
+            raise PlanError(f"{where}[{i}] must be a mapping, got {d!r}")
+        unknown = sorted(set(d) - DEPLOYMENT_KEYS)
+        if unknown:
+            raise PlanError(f"{where}[{i}] has unknown keys {unknown}; known: {sorted(DEPLOYMENT_KEYS)}")
+        name = d.get("name")
+        if not isinstance(name, str) or not slug(name):
+            raise PlanError(f"{where}[{i}].name={name!r}: use lower-case letters, digits, '.', '_' or '-'")
+        if name in names:
+            raise PlanError(f"{where}: two deployments are named {name!r}")
+        names.add(name)
+        if not d.get("model"):
+            raise PlanError(f"{where}[{i}] ({name}) has no model")
+        for key, allowed in (("workload", WORKLOAD_KEYS), ("overrides", OVERRIDE_KEYS)):
+            value = d.get(key) or {}
+            if not isinstance(value, Mapping):
+                raise PlanError(f"{where}[{i}].{key} must be a mapping, got {value!r}")
+            bad = sorted(set(value) - allowed)
+            if bad:
+                raise PlanError(f"{where}[{i}].{key} has unknown keys {bad}; known: {sorted(allowed)}")
+        _check_overrides(d.get("overrides") or {}, f"{where}[{i}].overrides")
+        w = d.get("workload") or {}
+        max_model_len = w.get("max_model_len", "auto")
+        if not (max_model_len == "auto" or _whole(max_model_len)):
+            raise PlanError(f"{where}[{i}].workload.max_model_len={max_model_len!r}: a positive number of tokens or 'auto'")
+        conc = w.get("concurrency", DEFAULT_CONCURRENCY)
+        if not _whole(conc):
+            raise PlanError(f"{where}[{i}].workload.concurrency={conc!r}: a positive number of concurrent requests")
+        if w.get("goal", "throughput") not in ("throughput", "latency"):
+            raise PlanError(f"{where}[{i}].workload.goal={w.get('goal')!r}: throughput or latency")
+        gpus = d.get("gpus", "all")
+        if not (gpus == "all" or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0)
+                or (isinstance(gpus, list) and gpus and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus))):
+            raise PlanError(f"{where}[{i}].gpus={gpus!r}: 'all', a count, or a list of GPU indices")
+        if isinstance(gpus, list) and len(set(gpus)) != len(gpus):
+            raise PlanError(f"{where}[{i}].gpus={gpus!r} lists a GPU twice")
+        port = d.get("port")
+        # unprivileged TCP ports (below 1024 needs root or CAP_NET_BIND_SERVICE)
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535):
+            raise PlanError(f"{where}[{i}].port={port!r}: a port between 1024 and 65535")
+        engine = d.get("engine") or {}
+        if not isinstance(engine, Mapping) or "version" not in engine:
+            raise PlanError(f"{where}[{i}].engine must give a version, e.g. {{version: \"0.17.0\"}}; got {engine!r}")
+        try:
+            parse_version(engine["version"])
+        except EngineError as exc:
+            raise PlanError(f"{where}[{i}].engine.version: {exc}") from exc
+        unknown_engine = sorted(set(engine) - ENGINE_KEYS)
+        if unknown_engine:
+            raise PlanError(f"{where}[{i}].engine has unknown keys {unknown_engine}; known: {sorted(ENGINE_KEYS)}")
+        _check_extras(d, f"{where}[{i}] ({name})")
+        image = (d.get("overrides") or {}).get("image") or engine.get("image")
+        if image and (":" not in str(image).rsplit("/", 1)[-1] or str(image).endswith(":latest")):
+            raise PlanError(f"{where}[{i}] image {image!r}: pin a version tag or digest (never latest)")
+        if "cuda" in engine and not re.fullmatch(r"\d+\.\d+", str(engine["cuda"])):
+            raise PlanError(f"{where}[{i}].engine.cuda={engine['cuda']!r}: the CUDA level the image is built with, e.g. \"12.9\"")
+    return [dict(d) for d in deployments]
+
+
+def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], HostOptions]:
+    """plan_host's hardware and options, checked (malformed input raises PlanError, naming the value): the validated hardware,
+    and the options with where the host's engines listen (_host_needs.bind_address)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - PLAN_OPTIONS)
+    if unknown:
+        raise PlanError(f"{host}: unknown planner options {unknown}; known: {sorted(PLAN_OPTIONS)}")
+    base_port = options.get("base_port", DEFAULT_BASE_PORT)
+    if isinstance(base_port, str) and base_port.isdigit():
+        base_port = int(base_port)   # -e llmfleet_vllm_base_port=9000 arrives as a string
+    if not isinstance(base_port, int) or isinstance(base_port, bool) or not 1024 <= base_port <= 65535:
+        raise PlanError(f"{host}: llmfleet_vllm_base_port={base_port!r}: a port between 1024 and 65535")
+    root = options.get("model_root", DEFAULT_MODEL_ROOT)
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models")
+    try:
+        hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
+        bind, edge, bind_why = bind_address(bool(options.get("gateway_on_host", False)), options.get("private_address"), host)
+    except (HardwareError, NeedsError) as exc:
+        raise PlanError(str(exc)) from exc
+    return hw, HostOptions(bind_address=bind, bind_why=bind_why, edge_address=edge, base_port=base_port, model_root=root,
+                           hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_overrides(o: Mapping[str, Any], where: str) -> None:
+    """The overrides' numbers and switches, before any planning (a wrong type is malformed input, not an impossible plan)."""
+    for key in ("tensor_parallel_size", "instances", "max_num_seqs", "max_num_batched_tokens", "cpu_kvcache_space_gib"):
+        if key in o and not _whole(o[key]):
+            raise PlanError(f"{where}.{key}={o[key]!r}: a whole number of at least 1")
+    if "max_model_len" in o and not (o["max_model_len"] == "auto" or _whole(o["max_model_len"])):
+        raise PlanError(f"{where}.max_model_len={o['max_model_len']!r}: a positive number of tokens or 'auto'")
+    util = o.get("gpu_memory_utilization")
+    if util is not None and not (isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1):
+        raise PlanError(f"{where}.gpu_memory_utilization={util!r}: a fraction above 0 and at most 1, e.g. 0.9")
+    for key in ("enforce_eager", "expert_parallel"):
+        if key in o and not isinstance(o[key], bool):
+            raise PlanError(f"{where}.{key}={o[key]!r}: true or false")
+
+
+def _check_extras(d: Mapping[str, Any], where: str) -> None:
+    """extra_args: a list of strings, flags spelled --name, none the planner writes itself; extra_env: names to strings."""
+    extra = d.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in extra):
+        raise PlanError(f"{where}.extra_args must be a list of strings, e.g. [\"--enable-prefix-caching\"]; got {extra!r}")
+    for k, arg in enumerate(str(a) for a in extra):
+        flag = arg.split("=", 1)[0]
+        if k == 0 and not flag.startswith("--"):
+            raise PlanError(f"{where}.extra_args starts with {arg!r}: the list is appended after the planned flags, so it must start "
+                            "with a --flag")
+        if flag in PLANNED_FLAGS:
+            key = PLANNED_FLAGS[flag]
+            raise PlanError(f"{where}.extra_args sets {flag}, which the planner decides: "
+                            + (f"set overrides.{key} instead" if key else "it follows from the plan and cannot be set twice"))
+    env = d.get("extra_env", {})
+    if not isinstance(env, Mapping):
+        raise PlanError(f"{where}.extra_env must be a mapping of variable names to values; got {env!r}")
+    for key, value in env.items():
+        if not ENV_NAME.match(str(key)) or isinstance(value, (dict, list)) or value is None:
+            raise PlanError(f"{where}.extra_env.{key}={value!r}: a variable name and a string value")
+        if str(key) in PLANNED_ENV:
+            raise PlanError(f"{where}.extra_env sets {key}, which the plan or the roles set (devices, KV space, the API key)")
+
+
+def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
+    """Stage 1: the engine version within what the planner knows, and the workload as numbers."""
+    name = d["name"]
+    version = parse_version(d["engine"]["version"])
+    if version < OLDEST:
+        raise Refusal(f"{name}: vLLM {vstr(version)} is older than {vstr(OLDEST)}, the oldest version this planner supports")
+    if version > NEWEST:   # the flag table was read from releases up to NEWEST (docs/sources.md#versions-read)
+        kept = sorted(f for f in set(FLAG_SINCE) | set(FLAG_UNTIL) if has_flag(version, f))
+        ctx.warn(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
+                 f"was read from: assumed to still accept {', '.join(kept)} and to still lack "
+                 f"{', '.join(sorted(set(FLAG_UNTIL) - set(kept)))}, with {vstr(NEWEST)}'s defaults"
+                 + "".join(f"; {known}" for since, known in sorted(KNOWN_AFTER_NEWEST.items()) if since <= version))
+    w = dict(d.get("workload") or {})
+    o = dict(d.get("overrides") or {})
+    max_model_len = o.get("max_model_len", w.get("max_model_len", "auto"))
+    return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"),
+                   concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)),
+                   max_model_len=max_model_len if max_model_len == "auto" else int(max_model_len))

@@ -1,0 +1,154 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Stage 10: the instances - GPUs or CPU set, port, host needs, the command line and environment - and their hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional
+
+from .._engine import Version, cudagraph_memory_counted, has_flag, vstr
+from .._host_needs import HYHAL_DIR, device_access, os_packages, stop_timeout
+from .._models import ModelProfile
+from .base import GIB, Ctx, gib
+from .engine import extras, launch_args, startup_budget
+from .stages import Budget, Build, CpuSizing, Features, HostOptions, Launch, Layout, Placement, Precision, Request, Serving, Sizing
+from .topology import cpu_binding, numa_of
+
+
+def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
+    port = d.get("port") or base
+    while port in used:
+        port += 1
+    return port
+
+
+def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
+                 options: HostOptions, drain_s: int, version: Optional[Version] = None) -> Dict[str, Any]:
+    """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
+    return {"vendor": vendor, "bind_address": options.bind_address,
+            "edge": {"address": options.edge_address, "port": port} if options.edge_address else None,
+            "model_dir": model_dir, "image_cuda": image_cuda,
+            "access": device_access(vendor, gpus, str(options.hyhal_dir or HYHAL_DIR)), "os_packages": os_packages(package, version),
+            "stop_timeout_s": stop_timeout()[0], "drain_timeout_s": drain_s}
+
+
+def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
+    """The instance with `plan_hash`: what the runtime compares to decide whether it changed (reasons excluded, and
+    drain_timeout_s: how long the change path waits is not a reason to restart an engine)."""
+    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k not in ("reasons", "drain_timeout_s")},
+                                                      sort_keys=True).encode()).hexdigest()[:16]
+    return instance
+
+
+def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, precision: Precision, feats: Features, serving: Serving,
+            options: HostOptions, kv_cache_dtype: str, max_model_len: int, max_num_seqs: int) -> Launch:
+    """The command line every instance of the deployment shares, as on a CPU host; gpu_instances adds the GPU's part."""
+    return Launch(model_dir=serving.source["dir"], served_name=d.get("served_name") or req.name, bind_address=options.bind_address,
+                  port=0, version=req.version, vendor="cpu", dtype=precision.dtype, kv_cache_dtype=kv_cache_dtype,
+                  max_model_len=max_model_len, max_num_seqs=max_num_seqs, eager=precision.eager,
+                  max_num_batched_tokens=req.overrides.get("max_num_batched_tokens"),
+                  language_model_only=bool(m.vision and not req.workload.get("vision", True)), reasoning_parser=feats.reasoning,
+                  tool_call_parser=feats.tools, thinking_kwargs=feats.thinking_kwargs,
+                  expert_parallel=bool(req.overrides.get("expert_parallel")), hf_overrides=feats.hf_overrides)
+
+
+def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placement, build: Build, precision: Precision,
+                  budget: Budget, layout: Layout, sizing: Sizing, feats: Features, serving: Serving,
+                  hw: Mapping[str, Any], options: HostOptions, ports: AbstractSet[int], ctx: Ctx) -> List[Dict[str, Any]]:
+    """Stage 10 (GPUs): the instances: their GPUs (inside one link domain), NUMA node, port, arguments and environment."""
+    name, version, tp = req.name, req.version, layout.tp
+    vendor, mem = p.vendor, sizing.mem
+    if layout.kind != "pcie" or tp > max(len(g) for g in layout.domains):
+        groups = [p.gpus[i * tp:(i + 1) * tp] for i in range(layout.instances)]
+    else:
+        groups = [g[k * tp:(k + 1) * tp] for g in layout.domains for k in range(len(g) // tp)][:layout.instances]
+    launch = replace(_launch(d, req, m, precision, feats, serving, options, sizing.kv_dtype, sizing.max_model_len, sizing.seqs),
+                     vendor=vendor, tensor_parallel_size=tp, quantization=precision.quant, gpu_memory_utilization=budget.util,
+                     capture=feats.capture, attention_backend=feats.backend, encoder_backend=feats.encoder,
+                     expert_parallel=layout.expert_parallel)
+    budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
+    extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
+    used = set(ports)
+    out: List[Dict[str, Any]] = []
+    for k, group in enumerate(groups):
+        node, cpuset = numa_of(group, hw, ctx.warnings, f"{name}-{k}")
+        port = _port_of(d if k == 0 else {}, options.base_port, used)
+        used.add(port)
+        env: Dict[str, str] = {}
+        if vendor == "nvidia":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
+        else:
+            env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
+            if tp > 1 and vendor == "hygon":
+                env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
+        if vendor == "nvidia" and p.cc < 75 and tp > 1:   # field report 000's working V100 setting (the default 300 s cut Triton JIT)
+            env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
+        if feats.backend and not has_flag(version, "--attention-backend"):
+            env["VLLM_ATTENTION_BACKEND"] = feats.backend
+        args = launch_args(replace(launch, port=port)) + extra_args
+        env.update(extra_env)
+        instance = {
+            "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
+            "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+            "expert_parallel": layout.expert_parallel,
+            "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype,
+            "attention_backend": feats.backend or "default",
+            "max_model_len": sizing.max_model_len, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": budget.util,
+            "enforce_eager": precision.eager, "startup_budget_s": budget_s,
+            "memory": {
+                "gpu_gib": gib(mem.total), "weights_gib_per_gpu": gib(mem.weights), "activation_gib_per_gpu": gib(mem.activation),
+                "non_torch_gib_per_gpu": gib(mem.non_torch), "cudagraph_gib_per_gpu": gib(mem.cudagraph),
+                "cudagraph_in_budget": cudagraph_memory_counted(version) and not precision.eager,
+                "kv_cache_gib_per_gpu": gib(mem.kv), "kv_bytes_per_token_per_gpu": mem.kv_per_token,
+                "linear_state_bytes_per_sequence_per_gpu": mem.state_per_seq, "block_size": mem.block_size,
+                # vLLM's own "KV cache size: N tokens" is max concurrency x max_model_len (group-aware for hybrid
+                # models, kv_cache_utils.get_kv_cache_capacity); for dense models it equals blocks x block size
+                "kv_cache_tokens": int(mem.concurrency(sizing.max_model_len) * sizing.max_model_len),
+                "max_concurrency_at_max_len": round(mem.concurrency(sizing.max_model_len), 2),
+            },
+            "image": build.image, "package": build.package, "served_model_name": launch.served_name,
+            "args": args, "env": env, "patches": feats.patches, "reasons": ctx.reasons,
+            **_host_fields(vendor, group, build.image_cuda, build.package, launch.model_dir, port, options, serving.drain_s),
+        }
+        out.append(_hashed(instance))
+    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(layout.expert_parallel).lower(),
+            "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink"
+            + ("; expert parallelism only where the FP8 block requires it (above)" if layout.ep_required else ""))
+    return out
+
+
+def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
+                 feats: Features, serving: Serving, hw: Mapping[str, Any], options: HostOptions, ports: AbstractSet[int],
+                 ctx: Ctx) -> Dict[str, Any]:
+    """Stage 10 on a CPU host: one instance bound to the NUMA node with the most CPUs (topology.cpu_binding)."""
+    name, version = req.name, req.version
+    node, cpuset, bind = cpu_binding(hw, ctx)
+    port = _port_of(d, options.base_port, ports)
+    launch = replace(_launch(d, req, m, precision, feats, serving, options, sizing.kv_dtype, sizing.max_model_len, sizing.seqs), port=port)
+    args = launch_args(launch)
+    extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
+    args += extra_args
+    env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
+    if build.image:
+        ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
+    if bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+    if build.package and "g++" in os_packages(build.package, version):
+        ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
+                "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")
+    instance = {
+        "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
+        "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
+        "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype, "attention_backend": "default",
+        "max_model_len": sizing.max_model_len, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": None, "enforce_eager": precision.eager,
+        "startup_budget_s": startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx),
+        "memory": {"weights_gib": gib(sizing.weights), "kv_cache_gib": float(sizing.space_gib), "kv_bytes_per_token": sizing.per_token,
+                   "kv_cache_tokens": int(sizing.held * sizing.max_model_len), "max_concurrency_at_max_len": round(sizing.held, 2)},
+        "image": build.image, "package": build.package, "served_model_name": launch.served_name,
+        "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
+        **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving.drain_s, version),
+    }
+    return _hashed(instance)

@@ -1,0 +1,86 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""What vLLM can shard: the tensor-parallel sizes a model's heads allow, the FP8 block's limits, fp8 KV soundness."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from .._engine import GFX_FP8
+from .._models import ModelProfile, kv_heads_per_rank
+from .stages import Placement
+
+
+def valid_tp(m: ModelProfile, tp: int) -> Optional[str]:
+    """None when vLLM can shard the model tp ways, else why not."""
+    if m.num_attention_heads % tp:
+        return f"{m.num_attention_heads} attention heads are not divisible by {tp}"
+    if tp > m.num_kv_heads and tp % m.num_kv_heads:
+        return f"{m.num_kv_heads} KV heads cannot be replicated evenly over {tp} GPUs"
+    if tp <= m.num_kv_heads and m.num_kv_heads % tp:
+        return f"{m.num_kv_heads} KV heads are not divisible by {tp}"
+    if m.is_hybrid and (m.linear_num_value_heads % tp or m.linear_num_key_heads % tp):
+        return f"{m.linear_num_key_heads}/{m.linear_num_value_heads} linear-attention heads are not divisible by {tp}"
+    # MambaMixer2 shards its heads (groups that do not divide are replicated); MambaMixer shards expand x hidden
+    if m.mamba_type == "mamba2" and m.mamba_num_heads % tp:
+        return f"{m.mamba_num_heads} Mamba2 heads are not divisible by {tp}"
+    if m.mamba_type == "mamba2" and m.mamba_n_groups > 1 and m.mamba_n_groups % tp:
+        return f"{m.mamba_n_groups} Mamba2 groups are not divisible by {tp} (MambaMixer2 replicates only a single group)"
+    if m.mamba_type == "mamba1" and m.mamba_intermediate_size % tp:
+        return f"the Mamba mixer's {m.mamba_intermediate_size} channels are not divisible by {tp}"
+    return None
+
+
+def fp8_block_problems(m: ModelProfile, tp: int) -> Tuple[List[str], List[str]]:
+    """Why a block-quantized FP8 checkpoint cannot load at TP=tp: (problems no layout fixes, problems of the
+    routed experts, which expert parallelism removes).
+
+    vLLM (model_executor/layers/quantization/fp8.py at 0.26; issues #17569, #25292) raises a
+    ValueError at load when a TP-sharded width of a block-quantized layer is not a multiple of the block:
+    Fp8MoEMethod checks intermediate_size_per_partition % block_n (and % block_k for TP > 1), Fp8LinearMethod
+    each column-parallel output partition % block_n and the row-parallel input partition % block_k. With
+    --enable-expert-parallel the routed experts are not TP-sliced (each rank holds whole experts), so only
+    the shared experts, dense MLPs and attention projections stay sharded. Linear-attention (GDN)
+    projections are not checked here."""
+    if m.quant_method != "fp8" or not m.weight_block_size:
+        return [], []
+    bn, bk = m.weight_block_size
+
+    def bad(width: int) -> bool:
+        return width % bn != 0 or (tp > 1 and width % bk != 0)
+
+    fixed: List[str] = []
+    widths = []
+    if m.dense_mlp_layers and m.intermediate_size:
+        widths.append(("dense MLP intermediate_size", m.intermediate_size))
+    if m.is_moe and m.shared_expert_intermediate_size:
+        widths.append(("shared-expert intermediate size", m.shared_expert_intermediate_size))
+    q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
+    widths.append(("attention q projection", q_out))
+    for what, width in widths:
+        if width % tp == 0 and bad(width // tp):
+            fixed.append(f"{what} {width} / TP {tp} = {width // tp} is not a multiple of the {bn}x{bk} block")
+    kv_width = kv_heads_per_rank(m, tp) * m.head_dim
+    if bad(kv_width):
+        fixed.append(f"KV projection {kv_heads_per_rank(m, tp)} head(s) x {m.head_dim} = {kv_width} per GPU is not a multiple of the "
+                     f"{bn}x{bk} block")
+    experts: List[str] = []
+    if m.is_moe and m.moe_intermediate_size and (m.moe_intermediate_size % tp or bad(m.moe_intermediate_size // tp)):
+        experts.append(f"moe_intermediate_size {m.moe_intermediate_size} / TP {tp} = {m.moe_intermediate_size / tp:g} is not a multiple of "
+                       f"the {bn}x{bk} block")
+    if m.is_moe and m.moe_intermediate_size and bad(m.moe_intermediate_size):
+        # even whole experts break the block: expert parallelism does not help
+        fixed.append(f"moe_intermediate_size {m.moe_intermediate_size} is not a multiple of the {bn}x{bk} block")
+    return fixed, experts
+
+
+def tp_choices(m: ModelProfile, limit: int) -> List[int]:
+    """Powers of two first (vLLM's custom all-reduce takes world sizes 2, 4, 6, 8 and 16 only,
+    custom_all_reduce.py), then 3 and 6 for head counts they divide."""
+    return [t for t in (1, 2, 4, 8, 16) if t <= limit and valid_tp(m, t) is None] + \
+           [t for t in (3, 6) if t <= limit and valid_tp(m, t) is None]
+
+
+def fp8_kv_sound(p: Placement) -> bool:
+    """fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion (docs/sources.md#fp8-kv)."""
+    return (p.vendor == "nvidia" and p.cc >= 89) or (p.vendor in ("amd",) and p.arch in GFX_FP8)

@@ -1,0 +1,184 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The stages' typed inputs and results, frozen: what each stage reads and returns, from the host's options (HostOptions)
+to the command line of an instance (Launch). Stage n's result is named in its docstring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Union
+
+from .._engine import Version
+from .base import DEFAULT_BASE_PORT, DEFAULT_MODEL_ROOT
+from .memory import Memory
+
+
+@dataclass(frozen=True)
+class Request:
+    """Stage 1's result: the deployment as every later stage reads it."""
+    name: str
+    version: Version
+    workload: Mapping[str, Any]
+    overrides: Mapping[str, Any]
+    goal: str
+    concurrency: int
+    max_model_len: Union[int, str]    # tokens, or "auto": the longest the KV cache holds
+
+    @property
+    def max_len(self) -> Union[int, str]:
+        """The former name of max_model_len."""
+        return self.max_model_len
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Stage 3: the GPUs of the deployment (none on a CPU host) and what they are."""
+    gpus: List[int]
+    accs: List[Mapping[str, Any]]
+    vendor: str
+    arch: str
+    cc: int
+    cpu_flags: Optional[FrozenSet[str]] = None     # on a CPU host: the CPU's features (hw.cpu_flags), None where not known
+
+
+@dataclass(frozen=True)
+class Build:
+    """Stage 4: the engine build that runs there."""
+    image: Optional[str]
+    image_cuda: Optional[str]
+    package: Optional[str]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Stage 5: weights' quantization and dtype, and eager or compiled."""
+    quant: Optional[str]
+    dtype: str
+    eager: bool
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Stage 6 (GPUs): one GPU's memory and vLLM's batching defaults on it."""
+    gpu_mib: int
+    gpu_bytes: float
+    util: float
+    max_batched: int
+    seqs_default: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Stage 7 (GPUs): tensor parallelism, instances, the KV dtype that makes them fit, expert parallelism."""
+    tp: int
+    instances: int
+    kv_dtype: str
+    expert_parallel: bool
+    ep_required: bool              # the FP8 block requires expert parallelism at this TP
+    kind: str                      # nvlink_all, nvlink_mesh or pcie (link_domains)
+    domains: List[List[int]]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Stage 8 (GPUs): memory of one GPU, admission and the longest request."""
+    mem: Memory
+    seqs: int
+    max_model_len: int
+    kv_dtype: str
+
+
+@dataclass(frozen=True)
+class Features:
+    """Stage 9: attention backends, parsers, chat-template defaults, CUDA-graph sizes and patches."""
+    backend: Optional[str]
+    encoder: Optional[str]
+    reasoning: Optional[str]
+    tools: Optional[str]
+    thinking_kwargs: Optional[str]
+    patches: List[str]
+    capture: Optional[int]         # --max-cudagraph-capture-size when the plan sets it
+    hf_overrides: Optional[str]    # --hf-overrides (JSON) when the plan extends the context with YaRN
+
+
+@dataclass(frozen=True)
+class Planned:
+    """plan_deployment's result: the deployment's plan, and what plan_host folds into the host's."""
+    deployment: Dict[str, Any]
+    errors: List[str]
+    warnings: List[str]
+    gpus: List[int]                # GPUs its instances take
+    ports: List[int]               # ports its instances listen on
+
+
+@dataclass(frozen=True)
+class CpuSizing:
+    """Stage 6-8 on a CPU host: weights in host memory, VLLM_CPU_KVCACHE_SPACE, max_model_len and admission."""
+    weights: float                 # bytes of weights in the planned dtype
+    per_token: int                 # KV bytes per token
+    max_model_len: int
+    space_gib: int
+    held: float                    # requests of max_model_len the KV space holds
+    seqs: int
+    kv_dtype: str = "auto"
+
+    @property
+    def length(self) -> int:
+        """The former name of max_model_len."""
+        return self.max_model_len
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """plan_host's options, checked (inputs.check_host), and where the host's engines listen (_host_needs.bind_address):
+    what the stages read of the host's settings, instead of the options mapping."""
+    bind_address: str
+    bind_why: str
+    edge_address: Optional[str] = None
+    base_port: int = DEFAULT_BASE_PORT
+    model_root: str = DEFAULT_MODEL_ROOT
+    hyhal_dir: Optional[str] = None
+    model_metadata: Optional[Mapping[str, Any]] = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> "HostOptions":
+        """From a mapping with the same keys (a test's, or a caller's that ran bind_address itself)."""
+        return cls(bind_address=options["bind_address"], bind_why=options["bind_why"], edge_address=options.get("edge_address"),
+                   base_port=options.get("base_port", DEFAULT_BASE_PORT), model_root=options.get("model_root", DEFAULT_MODEL_ROOT),
+                   hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"))
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Stage 2b: where the engine reads the model (_host_needs.model_source) and how long a drain may take."""
+    source: Dict[str, Any]
+    drain_s: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Stage 10's input to launch_args: everything the command line of one instance says, each decided by a stage."""
+    model_dir: str
+    served_name: str
+    bind_address: str
+    port: int
+    version: Version
+    vendor: str
+    dtype: str
+    kv_cache_dtype: str
+    max_model_len: int
+    max_num_seqs: int
+    eager: bool
+    tensor_parallel_size: int = 1
+    quantization: Optional[str] = None
+    gpu_memory_utilization: Optional[float] = None
+    max_num_batched_tokens: Optional[int] = None     # overrides.max_num_batched_tokens; vLLM's default otherwise
+    capture: Optional[int] = None                    # --max-cudagraph-capture-size when the plan sets it
+    attention_backend: Optional[str] = None
+    encoder_backend: Optional[str] = None
+    language_model_only: bool = False                # a multimodal model whose workload turns vision off
+    reasoning_parser: Optional[str] = None
+    tool_call_parser: Optional[str] = None
+    thinking_kwargs: Optional[str] = None
+    expert_parallel: bool = False
+    hf_overrides: Optional[str] = None

@@ -18,7 +18,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         templates = list(args.pop("templates", None) or [])
-        files, secret_files = list(args.pop("files", None) or []), list(args.pop("secret_files", None) or [])
+        files, private_files = list(args.pop("files", None) or []), list(args.pop("private_files", None) or [])
         lookup = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=self._templar)
         for entry in templates:
             missing = [key for key in ("src", "dest", "mode") if key not in entry]
@@ -26,8 +26,8 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(f"config_tree: the template entry {entry!r} lacks {', '.join(missing)}")
             content = lookup.run([entry["src"]], variables=task_vars)[0]
             item = {"path": entry["dest"], "content": str(content), "mode": str(entry["mode"])}
-            (secret_files if entry.get("secret") else files).append(item)
-        args.update(files=files, secret_files=secret_files)
+            (private_files if entry.get("secret") else files).append(item)
+        args.update(files=files, private_files=private_files)
         result.update(self._execute_module(module_name="llmfleet.serving.config_tree", module_args=args,
                                            task_vars=task_vars))
         return result

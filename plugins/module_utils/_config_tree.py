@@ -54,11 +54,11 @@ def check_path(path: str) -> str:
     return path
 
 
-def wanted_files(files: Sequence[Mapping[str, Any]], secret_files: Sequence[Mapping[str, Any]]) -> List[Wanted]:
+def wanted_files(files: Sequence[Mapping[str, Any]], private_files: Sequence[Mapping[str, Any]]) -> List[Wanted]:
     """The module's two lists as one, each path once."""
     out: List[Wanted] = []
     seen = set()
-    for entries, secret in ((files, False), (secret_files, True)):
+    for entries, secret in ((files, False), (private_files, True)):
         for entry in entries:
             path = check_path(str(entry["path"]))
             if path in seen:

@@ -43,3 +43,22 @@ from ._plan.stages import (  # noqa: F401
     Budget, Build, CpuSizing, Features, HostOptions, Launch, Layout, Placement, Planned, Precision, Request, Serving, Sizing,
 )
 from ._plan.topology import place  # noqa: F401
+
+# Lower-layer names this module's namespace held before the planner became a package: kept importable from here
+# for callers written against it (tests outside this repository included).
+from ._engine import (  # noqa: F401,E402
+    ATTENTION_SINK_MODEL_TYPES, DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, KNOWN_AFTER_NEWEST,
+    MEMORY_MODEL_ASSUMES, MODELOPT_FP8_MIN_CC, MOE_WNA16_AFFECTED, NEWEST, NO_OFFICIAL_SM70_SINCE, OLDEST, PARSERS, QUANT_MIN_CC,
+    QUANT_MIN_CC_BEFORE_017, QUANT_REMOVED, QUANT_SCHEME_MIN_CC, QWEN3_PARSER_THINKING_ONLY_SINCE, SELECTOR_HANDLES_FP8_KV_SINCE,
+    EngineError, Version, backend_name, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, has_flag,
+    nvidia_image, official_image_cuda, parse_version, vstr,
+)
+from ._hardware import HardwareError, compress_cpulist, expand_cpulist, validate_hardware  # noqa: F401,E402
+from ._host_needs import (  # noqa: F401,E402
+    HYHAL_DIR, SHUTDOWN_FLAG, NeedsError, bind_address, device_access, drain_timeout, model_source, os_packages, stop_timeout,
+)
+from ._models import (  # noqa: F401,E402
+    CATALOG, DTYPE_BYTES, YARN, ModelError, ModelProfile, catalog_profile, kv_bytes_per_layer_token, kv_bytes_per_token,
+    kv_heads_per_rank, resolve_model, state_bytes_per_layer, state_bytes_per_sequence, yarn_extension, yarn_limit,
+)
+from ._nvidia_driver import driver_verdict  # noqa: F401,E402

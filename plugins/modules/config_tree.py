@@ -19,7 +19,7 @@ description:
     (nginx resolves a relative C(include), C(js_path) and C(js_import) against the folder of the main
     configuration file).
   - "With the action plugin of the same name, O(templates) are rendered on the controller (like the template module:
-    role templates, every variable of the task) and handed to the module as O(files) and O(secret_files): one task
+    role templates, every variable of the task) and handed to the module as O(files) and O(private_files): one task
     and one round trip to the host for the whole tree."
 author:
   - llmfleet.serving developers (!UNKNOWN)
@@ -29,7 +29,7 @@ options:
       - "Rendered by the action plugin on the controller: each C({src, dest, mode, secret}); C(src) is found like the
         template module's (the role's C(templates/) folder), C(dest) is the path under O(root), C(secret) keeps the
         content out of every output and diff."
-      - The module itself refuses them (they are replaced by O(files) and O(secret_files)).
+      - The module itself refuses them (they are replaced by O(files) and O(private_files)).
     type: list
     elements: dict
     default: []
@@ -51,8 +51,8 @@ options:
         description: Its octal mode, for example C(0644).
         type: str
         required: true
-  secret_files:
-    description: Files holding a secret; their content is never shown (no diff, no log).
+  private_files:
+    description: Files holding a secret; their content is never shown (no diff, no log; the content is a no_log value).
     type: list
     elements: dict
     default: []
@@ -65,7 +65,6 @@ options:
         description: The file's text.
         type: str
         required: true
-        no_log: true
       mode:
         description: Its octal mode, for example C(0600).
         type: str
@@ -219,7 +218,7 @@ def main():
         argument_spec={
             "templates": {"type": "list", "elements": "dict", "default": []},
             "files": {"type": "list", "elements": "dict", "default": [], "options": file_spec},
-            "secret_files": {"type": "list", "elements": "dict", "default": [], "options": secret_spec},
+            "private_files": {"type": "list", "elements": "dict", "default": [], "options": secret_spec},
             "root": {"type": "path", "required": True},
             "staging": {"type": "path", "required": True},
             "validate": {"type": "list", "elements": "str", "default": []},
@@ -236,7 +235,7 @@ def main():
         module.fail_json(msg="config_tree: templates are rendered by the action plugin on the controller; use "
                              "llmfleet.serving.config_tree in a task, not the module file alone", stage="input")
     try:
-        wanted = wanted_files(p["files"], p["secret_files"])
+        wanted = wanted_files(p["files"], p["private_files"])
         argv = validate_argv(p["validate"], staging)
         dir_mode = parse_mode(p["directory_mode"])
         uid, gid = pwd.getpwnam(p["owner"]).pw_uid, grp.getgrnam(p["group"]).gr_gid
@@ -279,8 +278,9 @@ def main():
         for path in removed:
             os.unlink(os.path.join(root, path))
     except OSError as exc:
-        module.fail_json(msg=f"config_tree: installing under {root} failed: {exc}; check the folder's free space and "
-                             "permissions, then run again (the files installed so far are listed)", stage="install", **result)
+        result.update(msg=f"config_tree: installing under {root} failed: {exc}; check the folder's free space and "
+                          "permissions, then run again (the files installed so far are listed)", stage="install")
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

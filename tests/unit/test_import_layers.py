@@ -28,6 +28,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_host_tuning": set(), "_venv": set(), "_openai_http": set(),
+    "_config_tree": set(),
     # the planner's package, stage by stage
     "_plan": set(),
     "_plan.base": set(),
@@ -53,7 +54,9 @@ LAYERS: Dict[str, Set[str]] = {
     # the contract: re-exports the stages' names
     "_planner": {"_plan.base", "_plan.compose", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
                  "_plan.layout", "_plan.memory", "_plan.model", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.sizing",
-                 "_plan.stages", "_plan.topology"},
+                 "_plan.stages", "_plan.topology",
+                 # the lower-layer names its namespace held before the split, kept importable from the contract
+                 "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
     "_fleet_plans": set(), "_serving": {"_host_needs"}, "_gateway": {"_fleet_plans"}, "_verify": set(), "_reach": {"_verify"},
     "_bench": set(), "_rollout": set(), "_webui": {"_gateway", "_serving"},

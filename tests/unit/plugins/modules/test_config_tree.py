@@ -135,4 +135,3 @@ def test_what_differs_is_bytes_mode_or_owner_and_stale_is_only_in_pruned_folders
     entries = ct.diff_entries(wanted, same, ["llmfleet/auth.inc"], ["llmfleet/edge.conf"], "/etc/nginx")
     assert "k\n" not in json.dumps(entries)
     assert entries[1]["before_header"] == "/etc/nginx/llmfleet/edge.conf" and entries[1]["after"] == ""
-

@@ -63,6 +63,7 @@ def chat(url: str, email: str, password: str, model: str, message: str, screensh
             answer = page.locator("#response-content-container").last
             answer.wait_for(timeout=answer_timeout_s * 1000)
             deadline = time.monotonic() + answer_timeout_s
+            settled = 0
             while time.monotonic() < deadline:
                 # an answer is rendered as markdown (.markdown-prose); a request the server refused shows its error
                 # text in a grey note in the same place, with no markdown (Open WebUI 0.12's ResponseMessage)
@@ -70,8 +71,10 @@ def chat(url: str, email: str, password: str, model: str, message: str, screensh
                 text = prose.first.inner_text().strip() if prose.count() else ""
                 whole = answer.inner_text().strip()
                 error = whole if whole and not prose.count() else ""
-                done = page.locator("#send-message-button").count() and not page.locator("button[aria-label='Stop']").count()
-                if done and (text or error):
+                # while the answer streams, the input shows a Stop button (MessageInput.svelte); with the prompt empty
+                # afterwards it shows the voice button, not #send-message-button. Done: no Stop twice in a row.
+                settled = settled + 1 if not page.locator("button[aria-label='Stop']").count() and (text or error) else 0
+                if settled >= 2:
                     break
                 page.wait_for_timeout(500)
             page.screenshot(path=str(screenshot), full_page=False)

@@ -1,8 +1,8 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters of the change path (the vllm role's instance.yml, plan.yml): rollout_in_flight, rollout_rotate,
-rollout_in_rotation, rollout_peers, rollout_live_peers, rollout_changes, rollout_at_version, rollout_prune and
-rollout_image_candidates (docs in the sidecar YAML files)."""
+"""Filters of the change path (the vllm role's instance.yml, plan.yml): rollout_in_flight, rollout_peers,
+rollout_live_peers, rollout_changes, rollout_at_version, rollout_prune and rollout_image_candidates (docs in the sidecar
+YAML files)."""
 
 from __future__ import annotations
 
@@ -24,24 +24,12 @@ def rollout_in_flight(metrics):
     return _call(r.in_flight, str(metrics))
 
 
-def rollout_rotate(conf, host, instance, down):
-    return _call(r.rotate, str(conf), str(host), str(instance), bool(down))
-
-
-def rollout_rotation_edit(host, instance, down):
-    return _call(r.rotation_edit, str(host), str(instance), bool(down))
-
-
-def rollout_in_rotation(conf, host, instance):
-    return _call(r.in_rotation, str(conf), str(host), str(instance))
-
-
 def rollout_peers(plans, host, instance):
     return _call(r.peers, dict(plans), str(host), str(instance))
 
 
-def rollout_live_peers(peers, confs):
-    return _call(r.live_peers, list(peers or []), [str(c) for c in confs or []])
+def rollout_live_peers(peers, gateway_routes):
+    return _call(r.live_peers, list(peers or []), [list(routes or []) for routes in gateway_routes or []])
 
 
 def rollout_changes(new_plan, old_plan):
@@ -62,8 +50,7 @@ def rollout_image_candidates(images, planned, container_images):
 
 class FilterModule:
     def filters(self):
-        return {"rollout_in_flight": rollout_in_flight, "rollout_rotate": rollout_rotate, "rollout_rotation_edit": rollout_rotation_edit,
-                "rollout_in_rotation": rollout_in_rotation,
+        return {"rollout_in_flight": rollout_in_flight,
                 "rollout_peers": rollout_peers, "rollout_live_peers": rollout_live_peers, "rollout_changes": rollout_changes,
                 "rollout_at_version": rollout_at_version,
                 "rollout_prune": rollout_prune, "rollout_image_candidates": rollout_image_candidates}

@@ -27,7 +27,8 @@ ALLOWED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/
 LOOPBACK = "127.0.0.1"
 # uvicorn's default keep-alive is 5 s (uvicorn/config.py timeout_keep_alive=5): stay below it
 UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
-DEFAULTS: Dict[str, Any] = {"keepalive": 16, "max_fails": 2, "fail_timeout": "10s"}
+# out_of_rotation: the instances ("host/instance") the gateway's rotation state holds out; their servers are rendered `down`
+DEFAULTS: Dict[str, Any] = {"keepalive": 16, "max_fails": 2, "fail_timeout": "10s", "out_of_rotation": ()}
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
@@ -70,6 +71,7 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
         raise GatewayError(f"unknown gateway options {unknown}; known: {sorted(DEFAULTS)}")
     by_model: Dict[str, List[Dict[str, Any]]] = {}
     errors: List[str] = []
+    out_of_rotation = {str(n) for n in opts["out_of_rotation"] or ()}
     for host in sorted(plans):
         plan = plans[host]
         if plan.get("errors"):
@@ -88,7 +90,8 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                     "address), rerun playbooks/plan.yml and apply the edge (playbooks/gateway.yml does), or add "
                     f"{host} to llm_gateway")
                 continue
-            by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name")})
+            by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name"),
+                                                   "down": f"{host}/{inst.get('name')}" in out_of_rotation})
     upstreams = []
     for model in sorted(by_model):
         servers = sorted(by_model[model], key=lambda s: (s["host"], s["address"]))

@@ -1,7 +1,8 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """PRIVATE module_utils of llmfleet.serving: the one change path of a running instance (the vllm role's
-instance.yml): out of the gateway's rotation, wait for its in-flight requests, replace, gate, back in.
+instance.yml): out of the gateway's rotation (the gateway role's `rotation` entry point does it), wait for its in-flight
+requests, replace, gate, back in.
 Pure and typed; the role does the I/O.
 
 Facts (nginx 1.22 ngx_http_upstream_module; vLLM v1/engine/core.py; docs/sources.md#drain): open-source nginx has no drain, only `down` on an upstream server;
@@ -16,11 +17,6 @@ import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-# one line per instance in the gateway's upstream blocks (roles/gateway/templates/gateway.conf.j2):
-#     server 172.30.77.11:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine1 tiny-a-0
-SERVER_LINE = re.compile(r"^(?P<head>\s*server\s+\S+(?:\s+(?!down\b)[^\s;#]+)*?)(?P<down>\s+down)?;(?P<tail>\s+#\s+(?P<host>\S+)\s+(?P<inst>\S+))\s*$")
-
-
 class RolloutError(ValueError):
     """Input the change path cannot use."""
 
@@ -44,32 +40,6 @@ def in_flight(metrics: str) -> int:
     return int(total)
 
 
-def rotation_edit(host: str, instance: str, down: bool) -> Dict[str, str]:
-    """The one edit that takes `instance` of `host` out of (`down`) or back into a gateway's upstream, as a regexp over
-    the whole file (multiline) and its replacement: what `rotate` applies here and the vllm role's `replace` task applies
-    on the gateway itself, reading and writing the file in one step (two hosts of one batch cannot lose each other's
-    change)."""
-    regexp = (r"^(?P<head>[ \t]*server[ \t]+\S+(?:[ \t]+(?!down\b)[^\s;#]+)*?)(?:[ \t]+down)?;"
-              rf"(?P<tail>[ \t]+#[ \t]+{re.escape(host)}[ \t]+{re.escape(instance)})[ \t]*$")
-    return {"regexp": regexp, "replacement": r"\g<head> down;\g<tail>" if down else r"\g<head>;\g<tail>"}
-
-
-def rotate(conf: str, host: str, instance: str, down: bool) -> str:
-    """The gateway's configuration with `instance` of `host` taken out of (`down`) or put back into its upstream."""
-    edit = rotation_edit(host, instance, down)
-    out, hits = re.subn(edit["regexp"], edit["replacement"], str(conf), flags=re.MULTILINE)
-    if hits != 1:
-        raise RolloutError(f"the gateway's configuration has {hits} upstream server lines for {instance} on {host} (expected 1): "
-                           "run playbooks/gateway.yml so that it routes this host's plan")
-    return out
-
-
-def in_rotation(conf: str, host: str, instance: str) -> bool:
-    """Whether the gateway routes to `instance` of `host` (a server line without `down`)."""
-    return any((m := SERVER_LINE.match(line)) and m.group("host") == host and m.group("inst") == instance and not m.group("down")
-               for line in str(conf).split("\n"))
-
-
 def peers(plans: Mapping[str, Mapping[str, Any]], host: str, instance: str) -> List[str]:
     """The other instances of the fleet that serve the same model as `instance` of `host` ("host/instance")."""
     served: Dict[str, List[str]] = {}
@@ -86,16 +56,16 @@ def peers(plans: Mapping[str, Mapping[str, Any]], host: str, instance: str) -> L
     return [p for p in served[mine] if p != f"{host}/{instance}"]
 
 
-def live_peers(peers_: Sequence[str], confs: Sequence[str]) -> List[str]:
-    """The peers ("host/instance") that still serve while this instance is away: in rotation on every gateway whose
-    configuration routes them. A peer that no gateway routes yet (a first deploy, before gateway.yml) counts as
-    planned. A peer some gateway has `down` (another change, a failed restore) does not count."""
+def live_peers(peers_: Sequence[str], gateway_routes: Sequence[Sequence[Mapping[str, Any]]]) -> List[str]:
+    """The peers ("host/instance") that still serve while this instance is away: in rotation on every gateway that
+    routes them (`gateway_routes`: one list per gateway host of {host, instance, down}, what the gateway role's `routes`
+    entry point reports). A peer that no gateway routes yet (a first deploy, before gateway.yml) counts as planned. A
+    peer some gateway has `down` (another change, a failed restore) does not count."""
     out = []
     for peer in peers_:
         host, _sep, instance = str(peer).partition("/")
-        routed = [c for c in confs if any((m := SERVER_LINE.match(line)) and m.group("host") == host and m.group("inst") == instance
-                                          for line in str(c).split("\n"))]
-        if all(in_rotation(c, host, instance) for c in routed):
+        lines = [r for routes in gateway_routes for r in routes if r.get("host") == host and r.get("instance") == instance]
+        if not any(r.get("down") for r in lines):
             out.append(str(peer))
     return out
 

@@ -28,7 +28,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_host_tuning": set(), "_venv": set(), "_openai_http": set(),
-    "_config_tree": set(),
+    "_config_tree": set(), "_rotation": set(),
     # the planner's package, stage by stage
     "_plan": set(),
     "_plan.base": set(),

@@ -1,11 +1,12 @@
-"""The change path's decisions: when an engine is idle (its own metrics), how one server leaves and re-enters
-the gateway's upstream, who else serves a model (never below N-1), and what a new plan changes per instance."""
+"""The change path's decisions: when an engine is idle (its own metrics), who else serves a model (never below N-1,
+counted on what the gateways route), and what a new plan changes per instance."""
 
 from __future__ import annotations
 
 import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rollout as r
+from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
 
 # vLLM 0.32's /metrics (the lines that matter, as the CPU build prints them)
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -29,40 +30,6 @@ def test_in_flight_sums_running_and_waiting_and_nothing_else():
     assert r.in_flight(METRICS.replace("2.0", "0.0").replace("} 1.0", "} 0.0")) == 0
     with pytest.raises(r.RolloutError, match="not a vLLM metrics page"):
         r.in_flight("process_cpu_seconds_total 1.0\n")
-
-
-def test_one_server_goes_down_and_comes_back_byte_for_byte():
-    down = r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-a-0", down=True)
-    assert "172.30.77.12:8002 max_fails=1 fail_timeout=10s down;  # llmfleet-fleet-engine2 tiny-a-0" in down
-    assert "172.30.77.11:8002 max_fails=1 fail_timeout=10s;  #" in down          # the other untouched
-    assert not r.in_rotation(down, "llmfleet-fleet-engine2", "tiny-a-0") and r.in_rotation(down, "llmfleet-fleet-engine1", "tiny-a-0")
-    assert r.rotate(down, "llmfleet-fleet-engine2", "tiny-a-0", down=True) == down   # idempotent
-    assert r.rotate(down, "llmfleet-fleet-engine2", "tiny-a-0", down=False) == CONF
-
-
-def test_two_hosts_of_one_batch_edit_the_gateway_file_in_turn_and_neither_edit_is_lost():
-    """What the vllm role's replace task does on the gateway (Python's re, multiline, over the whole file, as
-    ansible.builtin.replace applies it): each host's edit reads the file as the other left it, so both lines go down;
-    a stale copy rewritten whole (the copy task before) would have put the first one back."""
-    import re  # pylint: disable=import-outside-toplevel
-    conf = CONF
-    for host in ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2"):
-        edit = r.rotation_edit(host, "tiny-a-0", True)
-        conf, hits = re.subn(edit["regexp"], edit["replacement"], conf, flags=re.MULTILINE)
-        assert hits == 1
-    assert not r.in_rotation(conf, "llmfleet-fleet-engine1", "tiny-a-0") and not r.in_rotation(conf, "llmfleet-fleet-engine2", "tiny-a-0")
-    assert conf == r.rotate(r.rotate(CONF, "llmfleet-fleet-engine1", "tiny-a-0", True), "llmfleet-fleet-engine2", "tiny-a-0", True)
-    edit = r.rotation_edit("llmfleet-fleet-engine1", "tiny-a-0", False)
-    back = re.sub(edit["regexp"], edit["replacement"], conf, flags=re.MULTILINE)
-    assert r.in_rotation(back, "llmfleet-fleet-engine1", "tiny-a-0") and back.count(" down;") == 1
-    # a host name that is a prefix of another's, and regex characters in names, match only themselves
-    assert re.subn(r.rotation_edit("llmfleet-fleet-engine", "tiny-a-0", True)["regexp"], "", CONF, flags=re.MULTILINE)[1] == 0
-    assert re.subn(r.rotation_edit("llmfleet-fleet-engine.", "tiny-a-0", True)["regexp"], "", CONF, flags=re.MULTILINE)[1] == 0
-
-
-def test_a_server_the_gateway_does_not_route_is_named():
-    with pytest.raises(r.RolloutError, match="0 upstream server lines for tiny-b-0 on llmfleet-fleet-engine2"):
-        r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-b-0", down=True)
 
 
 def plan(host, *models):
@@ -136,10 +103,11 @@ def test_image_candidates_are_other_tags_of_the_planned_repositories_that_no_con
 
 def test_live_peers_count_what_serves_not_what_is_planned():
     peers = ["llmfleet-fleet-engine2/tiny-a-0", "llmfleet-fleet-engine3/tiny-a-0"]
+    routes = rot.routes(CONF)
     # engine3 is planned but no gateway routes it yet: it counts (a first deploy); engine2 is in rotation
-    assert r.live_peers(peers, [CONF]) == peers
-    down = r.rotate(CONF, "llmfleet-fleet-engine2", "tiny-a-0", True)
+    assert r.live_peers(peers, [routes]) == peers
+    down = rot.routes(rot.apply(CONF, ["llmfleet-fleet-engine2/tiny-a-0"]))
     assert r.live_peers(peers, [down]) == ["llmfleet-fleet-engine3/tiny-a-0"]
     # down on one gateway of two is not serving for that gateway's clients
-    assert r.live_peers(peers[:1], [CONF, down]) == []
+    assert r.live_peers(peers[:1], [routes, down]) == []
     assert r.live_peers(peers[:1], []) == peers[:1]

@@ -1,0 +1,94 @@
+"""llmfleet.serving.gateway_rotation through Ansible on this host, on a gateway tree rendered from the role's own
+templates and checked with the real `nginx -t` (Debian's nginx + njs, installed by `make units`): an instance goes out
+of the rotation and back byte for byte, the state survives a full render (the render writes what the rotation wrote),
+check mode writes nothing, and a tree nginx rejects leaves the live file and the state as they were."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
+from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
+
+from llmfleet_testing import run_ansible
+from test_gateway import _nginx_t, _render
+
+E2 = "llmfleet-fleet-engine2/tiny-a-0"
+
+
+def plans():
+    return {h: {"host": h, "deployments": [{"name": "tiny-a", "instances": [
+        {"name": "tiny-a-0", "served_model_name": "tiny-a", "port": 8002, "bind_address": "127.0.0.1",
+         "edge": {"address": addr, "port": 8002}}]}]} for h, addr in
+            (("llmfleet-fleet-engine1", "127.0.0.11"), ("llmfleet-fleet-engine2", "127.0.0.12"))}
+
+
+def play(tmp_path, tasks, check=False):
+    playbook = tmp_path / f"play-{len(list(tmp_path.glob('play-*.yml')))}.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                                     "tasks": [dict(t, name=f"t{i}", ignore_errors=True) for i, t in enumerate(tasks)]}]))
+    result = run_ansible("ansible-playbook", str(playbook), *(["--check"] if check else []))
+    return [task["hosts"]["localhost"] for task in result["plays"][0]["tasks"]]
+
+
+@pytest.fixture()
+def gateway(tmp_path):
+    root = _render(tmp_path / "first", gw.gateway_model(plans(), "gw"))
+    assert _nginx_t(root).returncode == 0          # also points the pid file into the tree
+    state = tmp_path / "state" / "rotation.json"
+
+    def task(**args):
+        return {"llmfleet.serving.gateway_rotation": dict(
+            conf=str(root / "llmfleet" / "gateway.conf"), state_file=str(state), root=str(root),
+            staging=str(tmp_path / "staging"), **args)}
+    return {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf"}
+
+
+def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp_path):
+    before = gateway["conf"].read_text()
+    out, again, report = play(tmp_path, [gateway["task"](instance=E2, down=True), gateway["task"](instance=E2, down=True),
+                                         gateway["task"]()])
+    assert out.get("failed") is not True, out
+    assert out["changed"] is True and out["reload"] is True and out["out"] == [E2]
+    conf = gateway["conf"].read_text()
+    assert "127.0.0.12:8002 max_fails=2 fail_timeout=10s down;  # llmfleet-fleet-engine2 tiny-a-0" in conf
+    assert conf.count(" down;") == 1
+    assert json.loads(gateway["state"].read_text()) == {"out": [E2]}
+    assert (tmp_path / "staging" / "llmfleet" / "gateway.conf").read_text() == conf   # what nginx -t checked
+    assert again["changed"] is False and again["reload"] is False
+    assert report["changed"] is False and report["out"] == [E2]
+    assert [(r["host"], r["down"]) for r in report["routes"]] == [("llmfleet-fleet-engine1", False), ("llmfleet-fleet-engine2", True)]
+    # a full render of the gateway (what playbooks/gateway.yml does) reads the state and writes the same bytes
+    rendered = _render(tmp_path / "again", gw.gateway_model(plans(), "gw", {"out_of_rotation": report["out"]}))
+    assert (rendered / "llmfleet" / "gateway.conf").read_text() == conf
+    back, = play(tmp_path, [gateway["task"](instance=E2, down=False)])
+    assert back["changed"] is True and back["out"] == []
+    assert gateway["conf"].read_text() == before
+
+
+def test_check_mode_writes_nothing(gateway, tmp_path):
+    before = gateway["conf"].read_text()
+    result, = play(tmp_path, [gateway["task"](instance=E2, down=True)], check=True)
+    assert result["changed"] is True and result["out"] == [E2]
+    assert gateway["conf"].read_text() == before and not gateway["state"].exists()
+
+
+def test_a_configuration_nginx_rejects_changes_nothing(gateway, tmp_path):
+    before = gateway["conf"].read_text()
+    # a live tree broken by hand: the rotation's check fails on it and says what to do
+    (gateway["root"] / "llmfleet" / "error_pages.inc").write_text("no_such_directive on;\n")
+    result, = play(tmp_path, [gateway["task"](instance=E2, down=True)])
+    assert result["failed"] is True
+    assert "nothing changed" in result["msg"] and "no_such_directive" in result["msg"]
+    assert "run playbooks/gateway.yml" in result["msg"]
+    assert gateway["conf"].read_text() == before and not gateway["state"].exists()
+
+
+def test_a_gateway_that_does_not_route_the_instance_yet_keeps_it_in_the_state(gateway, tmp_path):
+    before = gateway["conf"].read_text()
+    result, = play(tmp_path, [gateway["task"](instance="llmfleet-fleet-engine3/tiny-a-0", down=True)])
+    assert result["changed"] is True and result["reload"] is False
+    assert gateway["conf"].read_text() == before
+    assert rot.parse_state(gateway["state"].read_text()) == ["llmfleet-fleet-engine3/tiny-a-0"]

@@ -17,6 +17,8 @@ import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
 class RolloutError(ValueError):
     """Input the change path cannot use."""
 

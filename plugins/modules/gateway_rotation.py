@@ -11,8 +11,8 @@ version_added: 0.1.0
 description:
   - The gateway role's own way to change its rotation (its C(rotation) and C(routes) entry points run it on each
     gateway host); no other role writes the gateway's files.
-  - The rotation state (the instances taken out, C({"out": ["host/instance", ...]})) is kept in O(state_file); the
-    gateway role's full render reads it, so a re-render keeps a drained instance out.
+  - "The rotation state (the instances taken out, as C({\"out\": [\"host/instance\", ...]})) is kept in O(state_file); the
+    gateway role's full render reads it, so a re-render keeps a drained instance out."
   - With O(instance) and O(down), updates the state and sets or clears C(down) on that instance's upstream server line
     in O(conf). The changed configuration is checked first on a copy of the live tree in O(staging) with O(validate),
     then written beside the live file and renamed over it. The caller reloads nginx when it changed.
@@ -54,6 +54,7 @@ attributes:
     description: Reports whether the state or the configuration would change; writes and runs nothing.
   diff_mode:
     support: none
+    description: The change is one C(down) on one server line; the task's C(routes) say what the gateway routes after it.
   idempotent:
     support: full
     description: An instance already out (or in) changes nothing and runs no check.

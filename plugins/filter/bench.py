@@ -17,7 +17,7 @@ def bench_items(targets, instances, settings=None, deployments=None, only=None):
         raise AnsibleFilterError(f"bench_items: {exc}") from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"bench_items: malformed input ({type(exc).__name__}: {exc}); pass verify targets and "
-                                 "the vllm_instances of this host") from exc
+                                 "the vllm_engines of this host (the vllm role's output)") from exc
 
 
 def bench_gateway_share(targets, plans, host):

@@ -1,6 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filter vllm_instances: a host's plan in the terms of its runtime (docs in vllm_instances.yml)."""
+"""Filters vllm_instances (a host's plan in the terms of its runtime), vllm_engines (the vllm role's public,
+secret-free view of them) and vllm_stale (docs in each filter's .yml)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,28 @@ def vllm_stale(present, instances):
     return [{"unit": n, "instance": n[len(NAME_PREFIX):]} for n in stale_names(names, instances)]
 
 
+# What other roles and playbooks may read of an instance (the vllm role's documented output vllm_engines): where it
+# answers and the engine install that serves it, never the API key its environment or container holds.
+ENGINE_FIELDS = ("name", "unit", "deployment", "runtime", "engine_version", "served_model_name", "url", "port", "model_dir")
+
+
+def vllm_engines(instances):
+    """The public view of vllm_instances entries: ENGINE_FIELDS, plus the venv (systemd) or the container name (docker)."""
+    out = []
+    for inst in instances or []:
+        try:
+            item = {k: inst[k] for k in ENGINE_FIELDS}
+            if inst["runtime"] == "docker":
+                item["container"] = inst["docker"]["name"]
+            else:
+                item["venv"] = inst["venv"]
+        except (KeyError, TypeError) as exc:
+            raise AnsibleFilterError(f"vllm_engines: {inst!r:.120} is not an entry of the vllm_instances filter (missing {exc}); "
+                                     "fix the caller to pass that filter's answer") from exc
+        out.append(item)
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_instances": vllm_instances, "vllm_stale": vllm_stale}
+        return {"vllm_instances": vllm_instances, "vllm_engines": vllm_engines, "vllm_stale": vllm_stale}

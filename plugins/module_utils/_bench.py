@@ -93,21 +93,21 @@ def target_key(target: Mapping[str, Any]) -> str:
 
 
 def client_of(instance: Mapping[str, Any]) -> Dict[str, Any]:
-    """How this host runs the benchmark client for one of its instances (one entry of the vllm_instances
-    filter): the engine's own install - the instance's venv, or inside its container."""
+    """How this host runs the benchmark client for one of its instances (one entry of the vllm role's output
+    vllm_engines, the vllm_engines filter): the engine's own install - the instance's venv, or inside its container."""
     runtime = instance.get("runtime")
     if runtime == "systemd":
         return {"runtime": "systemd", "python": f"{instance['venv']}/bin/python", "tokenizer": str(instance["model_dir"])}
     if runtime == "docker":
         # the container mounts the model folder at the same path (_serving.docker_spec)
-        return {"runtime": "docker", "container": str(instance["docker"]["name"]), "tokenizer": str(instance["model_dir"])}
+        return {"runtime": "docker", "container": str(instance["container"]), "tokenizer": str(instance["model_dir"])}
     raise BenchError(f"instance {instance.get('name')!r} has runtime {runtime!r}; the benchmark client runs in a venv or a container")
 
 
 def items(targets: Sequence[Mapping[str, Any]], instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any],
           deployments: Optional[Sequence[str]] = None, only: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
     """One `vllm bench serve` run per target and concurrency step, in order: targets as given (the
-    gateway's first), each sweep ascending. `instances` are this host's (vllm_instances): each target's
+    gateway's first), each sweep ascending. `instances` are this host's (vllm_engines): each target's
     client is the engine install of this host's instance of the same deployment. `deployments` and `only`
     (target kinds `gateway`, `instance`, or target keys) narrow the runs."""
     s = settings_of(settings)

@@ -44,7 +44,7 @@ EXAMPLES = r"""
   llmfleet.serving.bench_serve:
     item: "{{ item }}"
     api_key: "{{ engine_key }}"
-  loop: "{{ targets | llmfleet.serving.bench_items(__vllm_instances, bench_settings) }}"
+  loop: "{{ targets | llmfleet.serving.bench_items(vllm_engines, bench_settings) }}"
 """
 
 RETURN = r"""

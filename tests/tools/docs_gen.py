@@ -200,7 +200,8 @@ def hardware_matrix() -> str:
 # ------------------------------------------------------------------------------------------------
 # docs/inventory.md
 
-# Host-level variables the playbooks and host_common read (grep 'llmfleet_' in playbooks/, site.yml, roles/host_common):
+# Host-level variables the playbooks, fleet_plan and host_common read (grep 'llmfleet_' in playbooks/, site.yml, roles/fleet_plan,
+# roles/host_common):
 # name -> (default, description). Facts the plays set themselves are INTERNAL_VARS.
 HOST_VARS: Dict[str, Tuple[str, str]] = {
     "llmfleet_deployments": ("*required on llm_serve hosts*", "The deployments to plan for this host (schema below)."),
@@ -248,7 +249,8 @@ SECTIONS = [("", planner.DEPLOYMENT_KEYS, "an `llmfleet_deployments` entry"),
 
 
 def host_vars_read() -> List[str]:
-    files = sorted(ROOT.glob("playbooks/*.yml")) + [ROOT / "site.yml"] + sorted((ROOT / "roles" / "host_common").rglob("*.yml"))
+    files = (sorted(ROOT.glob("playbooks/*.yml")) + [ROOT / "site.yml"]
+             + [path for role in ("fleet_plan", "host_common") for path in sorted((ROOT / "roles" / role).rglob("*.yml"))])
     names = set()
     for path in files:
         names |= set(re.findall(r"\bllmfleet_[a-z0-9_]*[a-z0-9]\b", path.read_text()))
@@ -694,7 +696,7 @@ def undocumented() -> List[str]:
     """Deployment keys without a DEPLOYMENT_DOC entry, and host variables the playbooks read without a HOST_VARS entry."""
     problems = [f"_planner.DEPLOYMENT_DOC has no entry for {prefix}{key}" for prefix, keys, _t in SECTIONS for key in sorted(keys)
                 if not planner.DEPLOYMENT_DOC.get(prefix + key)]
-    problems += [f"docs_gen.HOST_VARS has no entry for {name} (read by playbooks/ or roles/host_common)"
+    problems += [f"docs_gen.HOST_VARS has no entry for {name} (read by playbooks/, roles/fleet_plan or roles/host_common)"
                  for name in host_vars_read() if name not in HOST_VARS]
     return problems
 

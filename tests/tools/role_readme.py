@@ -75,7 +75,7 @@ def render(role: pathlib.Path) -> str:
 def spec_mismatches(role: pathlib.Path) -> list[str]:
     """defaults/main.yml and the spec must agree: same public names, same default values."""
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-    # a role of shared steps (host_common) documents each input under the entry point that takes it
+    # a role of shared steps (host_common, fleet_plan) documents each input under the entry point that takes it
     options = {}
     for entry in specs.values():
         options.update(entry.get("options") or {})

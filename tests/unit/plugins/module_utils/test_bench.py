@@ -30,7 +30,7 @@ def plan(host, *deps):
 PLANS = {"e1": plan("e1", ("a", 8002)), "e2": plan("e2", ("a", 8002), ("b", 8003))}
 VENV = {"name": "a-0", "deployment": "a", "runtime": "systemd", "venv": "/opt/llmfleet/vllm/0.32.0", "model_dir": "/models/a"}
 VENV_B = dict(VENV, name="b-0", deployment="b", model_dir="/models/b")
-DOCKER = {"name": "a-0", "deployment": "a", "runtime": "docker", "model_dir": "/models/a", "docker": {"name": "llmfleet-vllm-a-0"}}
+DOCKER = {"name": "a-0", "deployment": "a", "runtime": "docker", "model_dir": "/models/a", "container": "llmfleet-vllm-a-0"}
 SMALL = {"concurrency": [4, 1], "prompts_per_step": 4, "min_prompts": 8, "input_len": 64, "output_len": 16, "warmups": 1, "seed": 7}
 
 

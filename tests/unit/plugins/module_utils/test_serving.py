@@ -284,3 +284,23 @@ def test_stale_filter_takes_container_and_unit_names():
     present = ["/llmfleet-vllm-a-0", "/llmfleet-vllm-old-0", "llmfleet-vllm-gone-1.service", "llmfleet-vllm-a-0.service"]
     assert vllm_stale(present, [{"name": "a-0"}]) == [
         {"unit": "llmfleet-vllm-gone-1", "instance": "gone-1"}, {"unit": "llmfleet-vllm-old-0", "instance": "old-0"}]
+
+
+def test_vllm_engines_is_the_public_view_without_the_key():
+    """The vllm role's output vllm_engines: where each instance answers and its install, never the API key."""
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_engines
+    from ansible_collections.llmfleet.serving.plugins.module_utils import _bench as bench
+    for plan, runtime in ((plan_of("v100"), "docker"), (cpu_plan(), "systemd")):
+        full = vllm_instances(plan, KEY, {"runtime": runtime})
+        public = vllm_engines(full)
+        assert [e["name"] for e in public] == [i["name"] for i in full] and public
+        assert KEY not in repr(public)
+        for engine, inst in zip(public, full):
+            assert engine["url"] == inst["url"] and engine["runtime"] == runtime
+            install = {"container": inst["docker"]["name"]} if runtime == "docker" else {"venv": inst["venv"]}
+            assert {k: engine[k] for k in install} == install
+            # the bench client is the same install the full entry names
+            client = bench.client_of(engine)
+            assert client.get("container", client.get("python", "").rsplit("/bin/python", 1)[0]) == next(iter(install.values()))
+    with pytest.raises(Exception, match="vllm_engines: .* is not an entry of the vllm_instances filter"):
+        vllm_engines([{"name": "a-0"}])

@@ -18,8 +18,8 @@ description:
     C(llmfleet_plan_dir) (default C(<the folder ansible-playbook runs in>/plans)) or the secrets folder
     C(llmfleet_secrets_dir) (default C(<inventory>/.secrets)).
   - >-
-    C(vllm_<key>) names the vllm role's engine defaults (C(vllm_state_dir), C(vllm_user) ...), for roles that
-    follow the vllm role's settings.
+    The vllm role's engine defaults are known by their role variable names (C(vllm_state_dir), C(vllm_user) ...),
+    for roles that follow the vllm role's settings.
   - A name the collection does not define fails, listing the known ones.
 options:
   _terms:

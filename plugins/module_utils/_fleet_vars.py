@@ -100,14 +100,17 @@ FLEET_VARS: Dict[str, FleetVar] = {
                                               "container_runtime merges it.", default={}, kind="fact"),
 }
 
-# How the vllm role runs an instance unless told otherwise: `vllm_<key>` in the role (roles/vllm/defaults/main.yml
-# holds the same values, checked by a unit test), the vllm_instances filter's settings, _serving's keyword defaults.
+# How the vllm role runs an instance unless told otherwise: the vllm_instances filter's settings, _serving's keyword
+# defaults, and the vllm role's variables ENGINE_VARS (roles/vllm/defaults/main.yml and its spec show the same values,
+# checked by tests/unit/test_fleet_vars.py).
 ENGINE_DEFAULTS: Dict[str, Any] = {
     "runtime": "auto", "state_dir": "/var/lib/llmfleet/vllm", "venv_root": "/opt/llmfleet/vllm",
     "patches_dir": "/opt/llmfleet/patches", "env_dir": "/etc/llmfleet/vllm", "user": "llmfleet-vllm",
     "shm_size": "16g", "ipc_host": False, "restart_policy": "unless-stopped", "entrypoint": ("vllm", "serve"),
 }
-ENGINE_PREFIX = "vllm_"
+# Each one's name in the vllm role (the lookup fleet_var answers these names too).
+ENGINE_VARS: Dict[str, str] = {key: f"vllm_docker_{key}" if key in ("shm_size", "ipc_host", "restart_policy", "entrypoint")
+                               else f"vllm_{key}" for key in ENGINE_DEFAULTS}
 
 # `llmfleet_*` names in the code that are not Ansible variables: what each one is.
 NOT_VARIABLES: Dict[str, str] = {
@@ -135,15 +138,16 @@ def fleet_var(name: str) -> FleetVar:
         return FLEET_VARS[name]
     except KeyError:
         raise FleetVarError(f"{name!r} is not a collection-wide variable; known: {', '.join(sorted(FLEET_VARS))}; "
-                            f"or {ENGINE_PREFIX}<key> for {', '.join(sorted(ENGINE_DEFAULTS))}") from None
+                            f"or one of the vllm role's engine defaults: {', '.join(sorted(ENGINE_VARS.values()))}") from None
 
 
 def default_of(name: str, read: Callable[[str], Tuple[bool, Any]], env: Mapping[str, str]) -> Any:
-    """The default of `name` (a FLEET_VARS name, or vllm_<key> of ENGINE_DEFAULTS). `read(var)` gives (set, value) of
+    """The default of `name` (a FLEET_VARS name, or an ENGINE_VARS name of ENGINE_DEFAULTS). `read(var)` gives (set, value) of
     another variable, for the `{inventory_dir}` and `{llmfleet_...}` parts of a computed default; `env` the
     controller's environment, for `{PWD}`."""
-    if name.startswith(ENGINE_PREFIX) and name[len(ENGINE_PREFIX):] in ENGINE_DEFAULTS:
-        value = ENGINE_DEFAULTS[name[len(ENGINE_PREFIX):]]
+    engine = {var: key for key, var in ENGINE_VARS.items()}
+    if name in engine:
+        value = ENGINE_DEFAULTS[engine[name]]
         return list(value) if isinstance(value, tuple) else value
     var = fleet_var(name)
     if var.computed is None:
@@ -173,5 +177,5 @@ def _fields(text: str) -> Tuple[str, ...]:
     return tuple(field for _, field, _, _ in string.Formatter().parse(text) if field)
 
 
-__all__ = ["FleetVarError", "FleetVar", "FLEET_VARS", "ENGINE_DEFAULTS", "ENGINE_PREFIX", "NOT_VARIABLES", "fleet_var",
+__all__ = ["FleetVarError", "FleetVar", "FLEET_VARS", "ENGINE_DEFAULTS", "ENGINE_VARS", "NOT_VARIABLES", "fleet_var",
            "default_of", "value_of"]

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import ast
-import os
+import inspect
 import pathlib
 import re
 from typing import Dict, Iterator, List, Tuple
@@ -373,12 +373,15 @@ def test_unknown_names_and_missing_inventory_dir_say_what_to_do():
 
 
 def test_the_planner_and_filters_take_their_defaults_from_the_registry():
-    from ansible_collections.llmfleet.serving.plugins.module_utils import _host_needs, _plan
+    from ansible_collections.llmfleet.serving.plugins.module_utils import _host_needs
     from ansible_collections.llmfleet.serving.plugins.module_utils._plan import base
+    from ansible_collections.llmfleet.serving.plugins.filter import model_store, serving
     assert base.DEFAULT_BASE_PORT == fv.FLEET_VARS["llmfleet_vllm_base_port"].default
     assert base.DEFAULT_MODEL_ROOT == fv.FLEET_VARS["llmfleet_model_root"].default
     assert _host_needs.HYHAL_DIR == fv.FLEET_VARS["llmfleet_hyhal_dir"].default
-    assert _plan is not None
+    assert {k: serving.DEFAULTS[k] for k in fv.ENGINE_DEFAULTS} == {
+        k: list(v) if isinstance(v, tuple) else v for k, v in fv.ENGINE_DEFAULTS.items()}
+    assert inspect.signature(model_store.model_store_models).parameters["root"].default == "/models"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -423,4 +426,3 @@ def test_the_fleet_var_lookup_reads_the_host_then_the_registry(monkeypatch):
     from ansible.errors import AnsibleLookupError
     with pytest.raises(AnsibleLookupError, match="fleet_var: 'llmfleet_nope' is not"):
         lookup.run(["llmfleet_nope"], variables={})
-    assert os.environ["PWD"] == "/work/fleet"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import FLEET_VARS
 from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import NeedsError, store_models
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import StoreError, fetch_jobs, fetch_summary, hub
 
@@ -31,7 +32,7 @@ def model_hub(source):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def model_store_models(plan, explicit=None, root="/models", default_revision="master"):
+def model_store_models(plan, explicit=None, root=FLEET_VARS["llmfleet_model_root"].default, default_revision="master"):
     try:
         return store_models(plan, explicit, str(root), str(default_revision))
     except NeedsError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import FLEET_VARS
 from ansible_collections.llmfleet.serving.plugins.module_utils import _reach as r
 
 
@@ -19,7 +20,7 @@ def _gateways(groups, hostvars):
     name; llmfleet_reach_key_file when the inventory says where the key lies)."""
     gateways = []
     for host in groups.get("llm_gateway") or []:
-        if not _var(hostvars, host, "llmfleet_gateway", True):
+        if not _var(hostvars, host, "llmfleet_gateway", FLEET_VARS["llmfleet_gateway"].default):
             continue
         address = _var(hostvars, host, "llmfleet_private_address") or _var(hostvars, host, "ansible_host") or host
         url = gw.local_url(list(_var(hostvars, host, "gateway_listen", ["80"]) or []), str(address))
@@ -53,7 +54,7 @@ def fleet_reach(plans, groups, hostvars, answers=None, folder=None):
         gateways = _gateways(groups, hostvars)
         webuis = [{"host": h, "url": _var(hostvars, h, "webui_public_url", ""), "email": _var(hostvars, h, "webui_admin_email", ""),
                    "password_file": _var(hostvars, h, "llmfleet_reach_password_file")}
-                  for h in groups.get("llm_webui") or [] if _var(hostvars, h, "llmfleet_webui", True)]
+                  for h in groups.get("llm_webui") or [] if _var(hostvars, h, "llmfleet_webui", FLEET_VARS["llmfleet_webui"].default)]
         return r.lines(dict(plans or {}), gateways, webuis, list(answers or []), folder)
     return _guard("fleet_reach", make)
 

@@ -1,20 +1,21 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters vllm_instances (a host's plan in the terms of its runtime), vllm_engines (the vllm role's public,
-secret-free view of them) and vllm_stale (docs in each filter's .yml)."""
+secret-free view of them), vllm_stale and image_pinned (docs in each filter's .yml)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import image_pinned as engine_image_pinned
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import ENGINE_DEFAULTS
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
     NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, env_file, instance_env, plan_instances, stale_names, systemd_unit,
     unit_name)
 
-DEFAULTS = {"runtime": "auto", "state_dir": "/var/lib/llmfleet/vllm", "venv_root": "/opt/llmfleet/vllm",
-            "patches_dir": "/opt/llmfleet/patches", "env_dir": "/etc/llmfleet/vllm", "user": "llmfleet-vllm",
-            "shm_size": "16g", "ipc_host": False, "restart_policy": "unless-stopped", "entrypoint": ["vllm", "serve"],
-            "extra_env": {}, "plan_source": "llmfleet_plan"}
+# The role's settings: the engine defaults of the collection (_fleet_vars.ENGINE_DEFAULTS), the extra environment and
+# the name of the plan's variable (for the messages).
+DEFAULTS = dict(ENGINE_DEFAULTS, entrypoint=list(ENGINE_DEFAULTS["entrypoint"]), extra_env={}, plan_source="llmfleet_plan")
 
 
 def vllm_instances(plan, api_key, settings=None):
@@ -91,6 +92,12 @@ def vllm_engines(instances):
     return out
 
 
+def image_pinned(image):
+    """The collection's one "never latest" rule (_engine.image_pinned): a digest or a tag other than latest."""
+    return engine_image_pinned(image)
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_instances": vllm_instances, "vllm_engines": vllm_engines, "vllm_stale": vllm_stale}
+        return {"vllm_instances": vllm_instances, "vllm_engines": vllm_engines, "vllm_stale": vllm_stale,
+                "image_pinned": image_pinned}

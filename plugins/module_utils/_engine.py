@@ -8,7 +8,7 @@ bugs. Private to llmfleet.serving; pure data and functions.
 from __future__ import annotations
 
 import re
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 Version = Tuple[int, int, int]
 
@@ -17,11 +17,29 @@ class EngineError(Exception):
     """An engine version or image that cannot serve the request."""
 
 
-def parse_version(text: str) -> Version:
-    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", str(text).strip())
-    if not match:
+# The one reader of an engine version (the planner, upgrade.yml's target, verify's reasoning fields all call
+# parse_version): [v]major.minor[.patch] and any local or pre-release part (0.17.0+cu129 and 0.17.0.post1 are 0.17.0).
+_VERSION_RE = re.compile(r"(?P<v>v?)(\d+)\.(\d+)(?:\.(\d+))?(?P<rest>[.+-].*)?")
+
+
+def parse_version(text: str, exact: bool = False) -> Version:
+    """(major, minor, patch) of an engine version; `exact` accepts only a release as written on PyPI, e.g. 0.32.0."""
+    match = _VERSION_RE.fullmatch(str(text).strip())
+    if not match or (exact and (match.group("v") or match.group(4) is None or match.group("rest") is not None
+                                or str(text) != str(text).strip())):
         raise EngineError(f"engine version {text!r} is not a version like 0.17.0")
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+    return int(match.group(2)), int(match.group(3)), int(match.group(4) or 0)
+
+
+def image_pinned(image: Any) -> bool:
+    """The one "never latest" rule: an image is pinned by a digest (@sha256:...) or by a tag other than `latest`.
+    A registry port (host:5000/name) is not a tag."""
+    text = str(image or "")
+    last = text.rsplit("/", 1)[-1]
+    if "@sha256:" in text:
+        return True
+    tag = last.rpartition(":")[2] if ":" in last else ""
+    return bool(tag) and tag != "latest"
 
 
 def vstr(version: Version) -> str:

@@ -13,13 +13,15 @@ import ipaddress
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ._fleet_vars import FLEET_VARS
+
 LOOPBACK = "127.0.0.1"
 # Field report 003 ran the DCU image with these device nodes and hyhal mounted from the host; the
 # K100 containers fail without /dev/mkfd ("/dev/mkfd: no such file") and without /opt/hyhal (hy-smi).
 HYGON_DEVICES = ("/dev/kfd", "/dev/dri", "/dev/mkfd")
 # ROCm's container guide and vLLM's ROCm docs: /dev/kfd (compute) and /dev/dri (render nodes), group video.
 AMD_DEVICES = ("/dev/kfd", "/dev/dri")
-HYHAL_DIR = "/opt/hyhal"
+HYHAL_DIR: str = FLEET_VARS["llmfleet_hyhal_dir"].default   # the collection default of llmfleet_hyhal_dir
 # Addresses only a private network reaches: RFC 1918, carrier-grade NAT (RFC 6598, used by overlay
 # networks), IPv6 unique-local (RFC 4193). Python's is_private also counts the documentation ranges
 # (203.0.113.0/24 ...), which route on the internet, so the list is explicit. Loopback is not one: the

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Sequence
 
+from ._engine import EngineError, parse_version
+
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
@@ -125,8 +127,10 @@ def changes(old_plan: Mapping[str, Any], new_plan: Mapping[str, Any]) -> List[st
 
 def at_version(deployments: Sequence[Mapping[str, Any]], version: str, deployment: Any = None) -> List[Dict[str, Any]]:
     """The deployments with engine.version set to `version` - every one, or only the one named `deployment`."""
-    if not re.fullmatch(r"\d+\.\d+\.\d+", str(version)):
-        raise RolloutError(f"upgrade_version must be a vLLM release like 0.32.0, got {version!r}")
+    try:
+        parse_version(version, exact=True)
+    except EngineError:
+        raise RolloutError(f"upgrade_version must be a vLLM release like 0.32.0, got {version!r}") from None
     names = [str(d.get("name")) for d in deployments]
     if deployment is not None and str(deployment) not in names:
         raise RolloutError(f"upgrade_deployment {deployment!r} is not a deployment of this host (it has {', '.join(names)})")

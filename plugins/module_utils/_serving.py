@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ._engine import image_pinned
+from ._fleet_vars import ENGINE_DEFAULTS
 from ._host_needs import visible_devices_in_container
 
 NAME_PREFIX = "llmfleet-vllm-"
@@ -63,8 +65,7 @@ def check_image(image: Any, name: str = "instance") -> str:
     if not text:
         raise ServingError(f"{name}: the plan names no image for the docker runtime; set the deployment's engine.image "
                            "(or overrides.image) or use vllm_runtime: systemd")
-    last = text.rsplit("/", 1)[-1]
-    if "@sha256:" not in text and (":" not in last or last.endswith(":latest")):
+    if not image_pinned(text):
         raise ServingError(f"{name}: image {text!r} is not pinned: name a version tag or a digest (never `latest`)")
     return text
 
@@ -114,8 +115,8 @@ def instance_env(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: Op
 
 
 def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str, api_key: str,
-                shm_size: str = "16g", ipc_host: bool = False, restart_policy: str = "unless-stopped",
-                entrypoint: Sequence[str] = ("vllm", "serve"),
+                shm_size: str = ENGINE_DEFAULTS["shm_size"], ipc_host: bool = ENGINE_DEFAULTS["ipc_host"],
+                restart_policy: str = ENGINE_DEFAULTS["restart_policy"], entrypoint: Sequence[str] = ENGINE_DEFAULTS["entrypoint"],
                 extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None) -> Dict[str, Any]:
     """Parameters for community.docker.docker_container running one instance.
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ._engine import EngineError, parse_version
+
 CHECKS = ("listed", "chat", "stream", "tools", "reasoning")
 QUESTION = "What time is it in Paris? Answer briefly."
 ANSWER_TOKENS = 48   # the chat check's answer is shown (verify_answers): long enough to read, short on a CPU
@@ -30,7 +32,11 @@ class VerifyError(ValueError):
 
 
 def _version(text: str) -> Tuple[int, ...]:
-    return tuple(int(p) for p in str(text).split("+", 1)[0].split(".")[:3] if p.isdigit())
+    """The engine version of a target; an unknown one (a row without it) reads as the oldest."""
+    try:
+        return parse_version(text)
+    except EngineError:
+        return (0, 0, 0)
 
 
 def reasoning_fields(engine_version: str) -> List[str]:

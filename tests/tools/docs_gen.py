@@ -11,8 +11,8 @@ What it writes:
   format; a refusal is the planner's own error text.
 - docs/inventory.md (whole file): every role's variables from roles/*/meta/argument_specs.yml, the keys
   of an `llmfleet_deployments` entry (`_planner.DEPLOYMENT_KEYS` ... with `_planner.DEPLOYMENT_DOC`), and
-  the host-level `llmfleet_*` variables the playbooks read (HOST_VARS below; a name the playbooks read
-  that HOST_VARS lacks is an error).
+  the collection-wide `llmfleet_*` variables (`_fleet_vars.FLEET_VARS`, their one definition;
+  tests/unit/test_fleet_vars.py fails on a name the code reads that the table lacks).
 - docs/troubleshooting.md, between `<!-- BEGIN generated: failure-messages -->` and its END line: every
   failure message of the roles, playbooks and plugins, with its fix ("in the message", or FIXES below;
   a message with neither is an error).
@@ -43,6 +43,7 @@ if str(ROOT / "tests" / "tools") not in sys.path:   # role_readme.py, the one re
     sys.path.insert(0, str(ROOT / "tests" / "tools"))
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _engine as engine  # noqa: E402
+from ansible_collections.llmfleet.serving.plugins.module_utils import _fleet_vars as fleet_vars  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils import _hardware_profiles as profiles  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils import _planner as planner  # noqa: E402
@@ -200,61 +201,31 @@ def hardware_matrix() -> str:
 # ------------------------------------------------------------------------------------------------
 # docs/inventory.md
 
-# Host-level variables the playbooks, fleet_plan and host_common read (grep 'llmfleet_' in playbooks/, site.yml, roles/fleet_plan,
-# roles/host_common):
-# name -> (default, description). Facts the plays set themselves are INTERNAL_VARS.
-HOST_VARS: Dict[str, Tuple[str, str]] = {
-    "llmfleet_deployments": ("*required on llm_serve hosts*", "The deployments to plan for this host (schema below)."),
-    "llmfleet_hardware": ("", "Declared hardware in the `accelerator_facts` schema (docs/hardware.md); wins over a profile and over "
-                              "what is read from the host."),
-    "llmfleet_hardware_profile": ("", "A built-in hardware profile instead: "
-                                      + ", ".join(f"`{n}`" for n in profiles.PROFILE_NAMES) + "."),
-    "llmfleet_accelerator_vendors": ("from the hardware", "Which vendor stack prepare.yml installs (`[nvidia]`, `[hygon]`, `[]`), "
-                                                          "e.g. for a host whose driver is not installed yet."),
-    "llmfleet_container_runtime": ("from the plan", "Whether prepare.yml manages the Docker engine. Unset, the plan decides: yes "
-                                                    "when an instance runs in a container (or nothing is planned yet), no when "
-                                                    "every instance runs from a venv."),
-    "llmfleet_fetch_models": ("`true`", "false: models.yml skips this host (it cannot reach the hub; the model is put there "
-                                        "another way)."),
-    "llmfleet_serve": ("`true`", "false: serve.yml (and verify.yml, bench.yml) leave this host's instances alone."),
-    "llmfleet_serve_serial": ("`1`", "How many hosts serve.yml changes at once (each passes the health gate first)."),
-    "llmfleet_upgrade_serial": ("`1`", "How many hosts playbooks/upgrade.yml rolls at once; the first failed batch stops the roll."),
-    "llmfleet_gateway": ("`true`", "false: gateway.yml sets up no gateway or edge on this host (its front door is provided "
-                                   "another way)."),
-    "llmfleet_webui": ("`true`", "false: webui.yml sets up no web UI on this host."),
-    "llmfleet_vllm_base_port": (f"`{planner.DEFAULT_BASE_PORT}`", "The first instance's port (plan option `base_port`)."),
-    "llmfleet_model_root": ("`/models`", "Folder the models live under, `<root>/<name>` each (plan option `model_root`; also "
-                                         "`model_store_root`'s default)."),
-    "llmfleet_private_address": ("", "The host's private-network address: where its edge nginx listens for a gateway on "
-                                     "another host (plan option `private_address`; vLLM itself stays on loopback; a public or "
-                                     "malformed one fails the plan)."),
-    "llmfleet_metadata_cache": ("`~/.cache/llmfleet/model-metadata`", "The controller's cache of the config.json, index and "
-                                "side files plan.yml reads from the hub for models outside the catalog (<source>/<id>/<revision>)."),
-    "llmfleet_hyhal_dir": ("`/opt/hyhal`", "Where hyhal lives on Hygon hosts, mounted read-only into the engine (plan option "
-                                           "`hyhal_dir`)."),
-    "llmfleet_plan_dir": ("`./plans`", "Folder of the plan files, `<host>.json` each, on the controller."),
-    "llmfleet_reach_key_file": ("", "On a gateway host: the file that holds the client key; reach.yml names it as where the "
-                                    "key lies (it prints no secret)."),
-    "llmfleet_reach_password_file": ("", "On a web UI host: the file that holds the admin password; reach.yml names it "
-                                         "(it prints no secret)."),
-    "llmfleet_verify_key_name": ("the first `gateway_api_keys` entry", "The gateway key verify.yml uses (`-e` on the command line)."),
-}
-INTERNAL_VARS = {"llmfleet_plan", "llmfleet_plan_source", "llmfleet_hardware_resolved", "llmfleet_verify_rows"}
+# The collection-wide variables: plugins/module_utils/_fleet_vars.py (FLEET_VARS) is their one definition; this renders it.
+def _shown_default(var: fleet_vars.FleetVar) -> str:
+    if var.shown:
+        return var.shown
+    if var.default is None:
+        return ""
+    return f"`{str(var.default).lower() if isinstance(var.default, bool) else var.default}`"
+
+
+def _meaning(name: str, var: fleet_vars.FleetVar) -> str:
+    if name == "llmfleet_hardware_profile":   # the profile names come from _hardware_profiles
+        return var.meaning.rstrip(".") + ": " + ", ".join(f"`{n}`" for n in profiles.PROFILE_NAMES) + "."
+    return var.meaning
+
+
+def fleet_var_rows(kind: str) -> List[str]:
+    return [f"| `{name}` | {_shown_default(var)} | {_cell(_meaning(name, var))} |"
+            for name, var in sorted(fleet_vars.FLEET_VARS.items()) if var.kind == kind]
+
 
 SECTIONS = [("", planner.DEPLOYMENT_KEYS, "an `llmfleet_deployments` entry"),
             ("workload.", planner.WORKLOAD_KEYS, "`workload`: what the deployment must hold"),
             ("engine.", planner.ENGINE_KEYS, "`engine`: which vLLM"),
             ("overrides.", planner.OVERRIDE_KEYS, "`overrides`: force a planner decision (the plan's reason says \"forced by overrides\")"),
             ("options.", planner.PLAN_OPTIONS, "plan options (playbooks/plan.yml fills them from host variables and groups)")]
-
-
-def host_vars_read() -> List[str]:
-    files = (sorted(ROOT.glob("playbooks/*.yml")) + [ROOT / "site.yml"]
-             + [path for role in ("fleet_plan", "host_common") for path in sorted((ROOT / "roles" / role).rglob("*.yml"))])
-    names = set()
-    for path in files:
-        names |= set(re.findall(r"\bllmfleet_[a-z0-9_]*[a-z0-9]\b", path.read_text()))
-    return sorted(names - INTERNAL_VARS)
 
 
 def _cell(text: str) -> str:
@@ -268,10 +239,13 @@ def inventory_md() -> str:
              "`ENGINE_KEYS`, `OVERRIDE_KEYS`, `PLAN_OPTIONS`, described in `DEPLOYMENT_DOC`), and each role's variables "
              "(`roles/*/meta/argument_specs.yml`; every role input is checked against its spec before the role changes anything). "
              "A key the planner does not know fails the plan, naming the known ones.", "",
-             "## Host variables", "", "| Variable | Default | Description |", "|---|---|---|"]
-    for name in host_vars_read():
-        default, description = HOST_VARS.get(name, ("", "UNDOCUMENTED"))
-        lines.append(f"| `{name}` | {default} | {_cell(description)} |")
+             "## Host variables", "",
+             "The collection-wide variables, defined once with their defaults in `plugins/module_utils/_fleet_vars.py` "
+             "(`FLEET_VARS`); role defaults and playbooks read a default through the lookup "
+             "`lookup('llmfleet.serving.fleet_var', '<name>')` instead of repeating it. Set them in host_vars or group_vars.", "",
+             "| Variable | Default | Description |", "|---|---|---|"] + fleet_var_rows("input")
+    lines += ["", "Set by the plays themselves (read them, do not set them):", "", "| Variable | Default | Description |",
+              "|---|---|---|"] + fleet_var_rows("fact")
     lines += ["", "Groups: `llm_serve` (engine hosts, each with `llmfleet_deployments`), `llm_gateway` (nginx gateway; a serving "
               "host in it needs no edge nginx, vLLM listens on loopback everywhere), `llm_webui` (Open WebUI, on a host that is in `llm_gateway` too).", ""]
     lines += ["## Deployments (`llmfleet_deployments`)", ""]
@@ -693,11 +667,12 @@ def missing_fixes() -> List[str]:
 
 
 def undocumented() -> List[str]:
-    """Deployment keys without a DEPLOYMENT_DOC entry, and host variables the playbooks read without a HOST_VARS entry."""
+    """Deployment keys without a DEPLOYMENT_DOC entry, and collection-wide variables without a meaning (the names the code
+    reads are held to _fleet_vars.FLEET_VARS by tests/unit/test_fleet_vars.py)."""
     problems = [f"_planner.DEPLOYMENT_DOC has no entry for {prefix}{key}" for prefix, keys, _t in SECTIONS for key in sorted(keys)
                 if not planner.DEPLOYMENT_DOC.get(prefix + key)]
-    problems += [f"docs_gen.HOST_VARS has no entry for {name} (read by playbooks/, roles/fleet_plan or roles/host_common)"
-                 for name in host_vars_read() if name not in HOST_VARS]
+    problems += [f"_fleet_vars.FLEET_VARS[{name!r}] has no meaning: say what it is for in one line"
+                 for name, var in fleet_vars.FLEET_VARS.items() if not var.meaning.strip()]
     return problems
 
 

@@ -24,14 +24,15 @@ PLANNER = {"_planner"} | {f"_plan.{p.stem}" for p in (MODULE_UTILS / "_plan").gl
 # compose.py runs them, the contract, then the modules that consume plans.
 LAYERS: Dict[str, Set[str]] = {
     # facts and tables: below everything
-    "_engine": set(), "_models": set(), "_hardware": set(), "_host_needs": set(), "_nvidia_driver": set(),
+    "_fleet_vars": set(), "_engine": set(), "_models": set(), "_hardware": set(), "_host_needs": {"_fleet_vars"},
+    "_nvidia_driver": set(),
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_host_tuning": set(), "_venv": set(), "_openai_http": set(),
     "_config_tree": set(), "_rotation": set(),
     # the planner's package, stage by stage
     "_plan": set(),
-    "_plan.base": set(),
+    "_plan.base": {"_fleet_vars"},
     "_plan.memory": {"_engine", "_models", "_plan.base"},
     "_plan.stages": {"_engine", "_plan.base", "_plan.memory"},
     "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.stages"},
@@ -58,8 +59,8 @@ LAYERS: Dict[str, Set[str]] = {
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
-    "_fleet_plans": set(), "_serving": {"_host_needs"}, "_gateway": {"_fleet_plans"}, "_verify": set(), "_reach": {"_verify"},
-    "_bench": set(), "_rollout": set(), "_webui": {"_gateway", "_serving"},
+    "_fleet_plans": set(), "_serving": {"_engine", "_fleet_vars", "_host_needs"}, "_gateway": {"_fleet_plans"}, "_verify": {"_engine"},
+    "_reach": {"_verify"}, "_bench": set(), "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
 }
 

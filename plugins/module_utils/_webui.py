@@ -36,7 +36,8 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._gateway import GatewayError, local_url
-from ansible_collections.llmfleet.serving.plugins.module_utils._serving import env_file, systemd_quote
+from ansible_collections.llmfleet.serving.plugins.module_utils._serving import env_file
+from ansible_collections.llmfleet.serving.plugins.module_utils._units import Unit, UnitError, render
 
 MIN_VERSION: Tuple[int, int, int] = (0, 12, 4)
 SERVICE = "llmfleet-open-webui"
@@ -157,34 +158,18 @@ def environment(options: Mapping[str, Any]) -> Dict[str, str]:
 def unit(options: Mapping[str, Any]) -> str:
     """The systemd unit: loopback only, its own user, the secrets in the EnvironmentFile."""
     port = int(options["port"])
-    command = [f"{options['venv']}/bin/open-webui", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    exec_start = " ".join(systemd_quote(a) for a in command)
-    return "\n".join([
-        "# Managed by llmfleet.serving (role webui): edits are overwritten.",
-        "[Unit]",
-        f"Description=Open WebUI {options['version']} on 127.0.0.1:{port} (behind the gateway's nginx)",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"User={options['user']}",
-        f"Group={options['user']}",
-        f"EnvironmentFile={options['env_path']}",
-        f"WorkingDirectory={options['data_dir']}",
-        f"ExecStart={exec_start}",
-        "Restart=on-failure",
-        "RestartSec=5",
-        "TimeoutStopSec=30",
-        "UMask=0027",
-        "NoNewPrivileges=yes",
-        "LimitNOFILE=65536",
-        f"SyslogIdentifier={SERVICE}",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
+    try:
+        return render(Unit(
+            comments=("Managed by llmfleet.serving (role webui): edits are overwritten.",),
+            description=f"Open WebUI {options['version']} on 127.0.0.1:{port} (behind the gateway's nginx)",
+            unit=(("After", "network-online.target"), ("Wants", "network-online.target")),
+            service=(("Type", "simple"), ("User", str(options["user"])), ("Group", str(options["user"])),
+                     ("EnvironmentFile", str(options["env_path"])), ("WorkingDirectory", str(options["data_dir"]))),
+            exec_start=[f"{options['venv']}/bin/open-webui", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            service_after=(("Restart", "on-failure"), ("RestartSec", 5), ("TimeoutStopSec", 30), ("UMask", "0027"),
+                           ("NoNewPrivileges", "yes"), ("LimitNOFILE", 65536), ("SyslogIdentifier", SERVICE))))
+    except UnitError as exc:
+        raise WebUIError(f"the web UI's unit cannot carry this value: {exc}; fix webui_venv_root, webui_data_dir or webui_user") from exc
 
 
 def service(options: Mapping[str, Any], keys: Any) -> Dict[str, Any]:

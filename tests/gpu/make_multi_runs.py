@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from make_runs import BENCH, CARRY_ARGS, ENGINE, MAX_LEN, ROOT, deployment  # noqa: E402  pylint: disable=wrong-import-position
+from make_runs import BENCH, CARRY_ARGS, ENGINE, MAX_LEN, ROOT, deployment, outside_container  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host  # noqa: E402
@@ -45,8 +45,8 @@ def plan_of(model: str, served: str, overrides: Optional[dict]) -> Tuple[dict, d
 def instances_of(plan: dict, carry: List[str]) -> List[Dict[str, Any]]:
     """Each planned instance as device_run.py starts it: its arguments without the model path (the carry's own folder
     replaces it) plus what the carry needs, its environment (CUDA_VISIBLE_DEVICES), port, GPUs and planned memory."""
-    return [{"name": inst["name"], "port": inst["port"], "gpus": inst["gpus"], "args": inst["args"][1:] + carry, "env": inst["env"],
-             "planned": inst["memory"]} for inst in plan["deployments"][0]["instances"]]
+    return [{"name": inst["name"], "port": inst["port"], "gpus": inst["gpus"], "args": outside_container(inst["args"])[1:] + carry,
+             "env": inst["env"], "planned": inst["memory"]} for inst in plan["deployments"][0]["instances"]]
 
 
 def layout_of(plan: dict) -> Dict[str, Any]:

@@ -14,9 +14,11 @@ from typing import Optional
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".cache" / "collections"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host  # noqa: E402
+from llmfleet_testing import outside_container  # noqa: E402  pylint: disable=wrong-import-position
 
 ENGINE = "0.26.0"
 MAX_LEN = 8192
@@ -67,7 +69,7 @@ def plan_one(model, served: str, tools: bool = True, max_len: int = MAX_LEN) -> 
     plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
     assert not plan["errors"], plan["errors"]
     [inst] = plan["deployments"][0]["instances"]
-    return dep, inst
+    return dep, dict(inst, args=outside_container(inst["args"]))   # the device runs vLLM itself, not in a container
 
 
 def fixture_runs() -> list:

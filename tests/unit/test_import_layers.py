@@ -28,8 +28,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_nvidia_driver": set(),
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
-    "_model_store": set(), "_hub_http": {"_model_store"}, "_host_tuning": set(), "_venv": set(), "_openai_http": set(),
-    "_config_tree": set(), "_rotation": set(),
+    "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
+    "_config_tree": set(), "_rotation": set(), "_units": set(), "_host_tuning": {"_units"},
     # the planner's package, stage by stage
     "_plan": set(),
     "_plan.base": {"_fleet_vars"},
@@ -59,8 +59,8 @@ LAYERS: Dict[str, Set[str]] = {
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
-    "_fleet_plans": set(), "_serving": {"_engine", "_fleet_vars", "_host_needs"}, "_gateway": {"_fleet_plans"}, "_verify": {"_engine"},
-    "_reach": {"_verify"}, "_bench": set(), "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving"},
+    "_fleet_plans": set(), "_serving": {"_engine", "_fleet_vars", "_host_needs", "_units"}, "_gateway": {"_fleet_plans"},
+    "_verify": {"_engine"}, "_reach": {"_verify"}, "_bench": set(), "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
 }
 

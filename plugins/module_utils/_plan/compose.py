@@ -50,8 +50,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
             out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, serving, hw, opts, ports, ctx)]
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
-            sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_model_len,
-                          forced_seqs(req), p.cc, build.image_cuda)
+            sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, forced_seqs(req), p.cc, build.image_cuda)
             layout = choose_layout(m, req, p, hw, sizer, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
             feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx)

@@ -119,7 +119,7 @@ def launch_args(launch: Launch) -> List[str]:
     """The `vllm serve` command line of one instance, in the spelling of launch.version: the planned flags only
     (extra_args follow them), each where a stage decided it."""
     version = launch.version
-    args = [launch.model_dir, "--served-model-name", launch.served_name, "--host", launch.bind_address, "--port", str(launch.port)]
+    args = [launch.model_dir, "--served-model-name", launch.served_name, "--host", launch.host, "--port", str(launch.port)]
     if launch.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(launch.tensor_parallel_size)]
     args += ["--dtype", launch.dtype]

@@ -21,7 +21,7 @@ def variant_fits(m: ModelProfile, req: Request, p: Placement) -> Optional[Callab
     if not p.accs:
         return None
     eager = planned_eager(req, p)
-    sizer = Sizer(m, p.vendor, req.version, gpu_budget(req, p, eager, Ctx([])), "bfloat16", eager, req.max_model_len, None, p.cc)
+    sizer = Sizer(m, p.vendor, req, gpu_budget(req, p, eager, Ctx([])), "bfloat16", eager, None, p.cc)
     return fits_somewhere(sizer, p, len(p.gpus))
 
 

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .._engine import FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, EngineError, has_flag, image_pinned, parse_version, vstr
 from .._hardware import HardwareError, validate_hardware
-from .._host_needs import SHUTDOWN_FLAG, NeedsError, bind_address
+from .._host_needs import SHUTDOWN_FLAG, NeedsError, edge_address
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
 from .stages import HostOptions, Request
 
@@ -171,7 +171,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
 
 def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], HostOptions]:
     """plan_host's hardware and options, checked (malformed input raises PlanError, naming the value): the validated hardware,
-    and the options with where the host's engines listen (_host_needs.bind_address)."""
+    and the options with the edge the host's engines are reached through (_host_needs.edge_address)."""
     options = dict(options or {})
     unknown = sorted(set(options) - PLAN_OPTIONS)
     if unknown:
@@ -186,10 +186,10 @@ def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -
         raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models")
     try:
         hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
-        bind, edge, bind_why = bind_address(bool(options.get("gateway_on_host", False)), options.get("private_address"), host)
+        edge, bind_why = edge_address(bool(options.get("gateway_on_host", False)), options.get("private_address"), host)
     except (HardwareError, NeedsError) as exc:
         raise PlanError(str(exc)) from exc
-    return hw, HostOptions(bind_address=bind, bind_why=bind_why, edge_address=edge, base_port=base_port, model_root=root,
+    return hw, HostOptions(bind_why=bind_why, edge_address=edge, base_port=base_port, model_root=root,
                            hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"))
 
 

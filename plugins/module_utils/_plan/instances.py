@@ -7,10 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Union
 
 from .._engine import Version, cudagraph_memory_counted, has_flag, vstr
-from .._host_needs import HYHAL_DIR, device_access, os_packages, stop_timeout
+from .._host_needs import HYHAL_DIR, LOOPBACK, device_access, engine_host, os_packages, stop_timeout
 from .._models import ModelProfile
 from .base import GIB, Ctx, gib
 from .engine import extras, launch_args, startup_budget
@@ -28,7 +28,7 @@ def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
 def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
                  options: HostOptions, drain_s: int, version: Optional[Version] = None) -> Dict[str, Any]:
     """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
-    return {"vendor": vendor, "bind_address": options.bind_address,
+    return {"vendor": vendor, "bind_address": LOOPBACK,
             "edge": {"address": options.edge_address, "port": port} if options.edge_address else None,
             "model_dir": model_dir, "image_cuda": image_cuda,
             "access": device_access(vendor, gpus, str(options.hyhal_dir or HYHAL_DIR)), "os_packages": os_packages(package, version),
@@ -43,12 +43,16 @@ def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
     return instance
 
 
-def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, precision: Precision, feats: Features, serving: Serving,
-            options: HostOptions, kv_cache_dtype: str, max_model_len: int, max_num_seqs: int) -> Launch:
-    """The command line every instance of the deployment shares, as on a CPU host; gpu_instances adds the GPU's part."""
-    return Launch(model_dir=serving.source["dir"], served_name=d.get("served_name") or req.name, bind_address=options.bind_address,
-                  port=0, version=req.version, vendor="cpu", dtype=precision.dtype, kv_cache_dtype=kv_cache_dtype,
-                  max_model_len=max_model_len, max_num_seqs=max_num_seqs, eager=precision.eager,
+def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, feats: Features,
+            serving: Serving, sizing: Union[Sizing, CpuSizing], ctx: Ctx) -> Launch:
+    """The command line every instance of the deployment shares, as on a CPU host; gpu_instances adds the GPU's part.
+    --host is the bind address, or every address inside the docker runtime's container (_host_needs.engine_host)."""
+    host, why = engine_host(build.image)
+    if why:
+        ctx.why(f"host={host}", why)
+    return Launch(model_dir=serving.source["dir"], served_name=d.get("served_name") or req.name, host=host,
+                  port=0, version=req.version, vendor="cpu", dtype=precision.dtype, kv_cache_dtype=sizing.kv_dtype,
+                  max_model_len=sizing.max_model_len, max_num_seqs=sizing.seqs, eager=precision.eager,
                   max_num_batched_tokens=req.overrides.get("max_num_batched_tokens"),
                   language_model_only=bool(m.vision and not req.workload.get("vision", True)), reasoning_parser=feats.reasoning,
                   tool_call_parser=feats.tools, thinking_kwargs=feats.thinking_kwargs,
@@ -65,10 +69,9 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
         groups = [p.gpus[i * tp:(i + 1) * tp] for i in range(layout.instances)]
     else:
         groups = [g[k * tp:(k + 1) * tp] for g in layout.domains for k in range(len(g) // tp)][:layout.instances]
-    launch = replace(_launch(d, req, m, precision, feats, serving, options, sizing.kv_dtype, sizing.max_model_len, sizing.seqs),
-                     vendor=vendor, tensor_parallel_size=tp, quantization=precision.quant, gpu_memory_utilization=budget.util,
-                     capture=feats.capture, attention_backend=feats.backend, encoder_backend=feats.encoder,
-                     expert_parallel=layout.expert_parallel)
+    launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), vendor=vendor, tensor_parallel_size=tp,
+                     quantization=precision.quant, gpu_memory_utilization=budget.util, capture=feats.capture,
+                     attention_backend=feats.backend, encoder_backend=feats.encoder, expert_parallel=layout.expert_parallel)
     budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
     used = set(ports)
@@ -127,7 +130,7 @@ def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bui
     name, version = req.name, req.version
     node, cpuset, bind = cpu_binding(hw, ctx)
     port = _port_of(d, options.base_port, ports)
-    launch = replace(_launch(d, req, m, precision, feats, serving, options, sizing.kv_dtype, sizing.max_model_len, sizing.seqs), port=port)
+    launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), port=port)
     args = launch_args(launch)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
     args += extra_args

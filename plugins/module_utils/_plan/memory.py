@@ -140,22 +140,22 @@ class Memory:
     local_edge_block: int = 0        # a sliding window may start inside a block: one block more (a chunk starts on one)
     state_pages: int = 1             # pages a state group holds per request: 1, 2-3 with prefix caching (state_pages())
 
-    def _local_blocks(self, max_len: int) -> int:
-        # SlidingWindowSpec: cdiv(min(window - 1 + in flight, max_len), block) + 1; ChunkedLocalAttentionSpec:
-        # cdiv(min(chunk + in flight, max_len), block)
-        return math.ceil(min(self.local_tokens, max_len) / self.block_size) + self.local_edge_block if self.local_groups else 0
+    def _local_blocks(self, max_model_len: int) -> int:
+        # SlidingWindowSpec: cdiv(min(window - 1 + in flight, max_model_len), block) + 1; ChunkedLocalAttentionSpec:
+        # cdiv(min(chunk + in flight, max_model_len), block)
+        return math.ceil(min(self.local_tokens, max_model_len) / self.block_size) + self.local_edge_block if self.local_groups else 0
 
-    def _blocks_per_request(self, max_len: int) -> int:
-        """get_max_concurrency_for_kv_cache_config: the blocks one request of max_len tokens takes from every group."""
+    def _blocks_per_request(self, max_model_len: int) -> int:
+        """get_max_concurrency_for_kv_cache_config: the blocks one request of max_model_len tokens takes from every group."""
         attn, state = self.groups
-        return attn * math.ceil(max_len / self.block_size) + state * self.state_pages + self.local_groups * self._local_blocks(max_len)
+        return attn * math.ceil(max_model_len / self.block_size) + state * self.state_pages + self.local_groups * self._local_blocks(max_model_len)
 
-    def concurrency(self, max_len: int) -> float:
-        per_request = self._blocks_per_request(max_len)
+    def concurrency(self, max_model_len: int) -> float:
+        per_request = self._blocks_per_request(max_model_len)
         return self.num_blocks / per_request if per_request else 0.0
 
-    def fits(self, max_len: int) -> bool:
-        return self.num_blocks > 0 and self.concurrency(max_len) >= 1.0
+    def fits(self, max_model_len: int) -> bool:
+        return self.num_blocks > 0 and self.concurrency(max_model_len) >= 1.0
 
     def longest(self) -> int:
         """Longest single request that fits (local layers hold a window or chunk, state layers their pages, whatever the length)."""

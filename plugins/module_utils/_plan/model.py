@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .._engine import parse_version, vstr
-from .._host_needs import NeedsError, drain_timeout, model_source, stop_timeout
+from .._host_needs import LOOPBACK, NeedsError, drain_timeout, model_source, stop_timeout
 from .._models import YARN, ModelError, ModelProfile, resolve_model, yarn_extension, yarn_limit
 from .base import Ctx, Refusal, gib
 from .stages import HostOptions, Request, Serving
@@ -33,7 +33,7 @@ def serving_source(d: Mapping[str, Any], req: Request, m: ModelProfile, options:
         raise Refusal(f"{req.name}: {exc}") from exc
     ctx.why(f"model_dir={source['dir']}", "the local path given with the deployment" if not source["fetch"]
             else f"model_store fetches {m.id} into <model root>/<name>, the one folder both it and the engine use")
-    ctx.why(f"bind_address={options.bind_address}", options.bind_why)
+    ctx.why(f"bind_address={LOOPBACK}", options.bind_why)
     stop_s, stop_why = stop_timeout()
     ctx.why(f"stop_timeout_s={stop_s}", stop_why)
     try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
-from .._engine import Version, cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, vstr
+from .._engine import cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, vstr
 from .._models import ModelProfile
 from .base import GIB, MIB, Ctx
 from .memory import CUDAGRAPH_GIB, VISIBLE_FRACTION, Memory, cudagraph_capture_size, gdn_prefill_checkpoint, memory_model
@@ -50,11 +50,10 @@ class Sizer:
     """One instance's memory at a TP and KV dtype, with the admission rule applied: what stages 7 and 8 compare."""
     m: ModelProfile
     vendor: str
-    version: Version
+    req: Request                   # the engine version and max_model_len (tokens, or "auto"), read where they are used
     budget: Budget
     dtype: str
     eager: bool
-    max_model_len: Union[int, str]     # tokens, or "auto" (Request.max_model_len)
     forced_seqs: Optional[int]
     cc: int = 0                    # NVIDIA compute capability x 10 (gdn_prefill_checkpoint)
     cuda: Optional[str] = None     # the image's CUDA level (gdn_prefill_checkpoint); None: the official image's
@@ -65,10 +64,11 @@ class Sizer:
         holds did not (ADMISSION_EVIDENCE). max_model_len is the declared one, or for auto the longest the KV cache holds."""
         b = self.budget
         seqs = self.forced_seqs if self.forced_seqs is not None else b.seqs_default
-        capture, _emit = cudagraph_capture_size(self.m, self.vendor, self.version, seqs, b.max_batched, self.eager)
-        mem = memory_model(self.m, tp, b.gpu_bytes, b.util, self.version, self.dtype, kv_dtype, seqs, b.max_batched, self.eager, capture,
-                           gdn_prefill_checkpoint(self.m, self.version, self.vendor, self.cc, self.cuda))
-        max_model_len = min(self.m.max_position_embeddings, mem.longest()) if self.max_model_len == "auto" else int(self.max_model_len)
+        version, declared = self.req.version, self.req.max_model_len
+        capture, _emit = cudagraph_capture_size(self.m, self.vendor, version, seqs, b.max_batched, self.eager)
+        mem = memory_model(self.m, tp, b.gpu_bytes, b.util, version, self.dtype, kv_dtype, seqs, b.max_batched, self.eager, capture,
+                           gdn_prefill_checkpoint(self.m, version, self.vendor, self.cc, self.cuda))
+        max_model_len = min(self.m.max_position_embeddings, mem.longest()) if declared == "auto" else int(declared)
         return mem, seqs, max_model_len
 
     def fits(self, tp: int, kv_dtype: str) -> bool:
@@ -82,6 +82,6 @@ class Sizer:
         mem, seqs, max_model_len = self.evaluate(tp, kv_dtype)
         if kv_dtype == "auto" and fp8_allowed and mem.concurrency(max_model_len) < needed:
             mem8, seqs8, max_model_len8 = self.evaluate(tp, "fp8")
-            if mem8.concurrency(max_model_len8 if self.max_model_len == "auto" else max_model_len) > mem.concurrency(max_model_len):
+            if mem8.concurrency(max_model_len8 if self.req.max_model_len == "auto" else max_model_len) > mem.concurrency(max_model_len):
                 return mem8, seqs8, max_model_len8, "fp8"
         return mem, seqs, max_model_len, kv_dtype

@@ -24,11 +24,6 @@ class Request:
     concurrency: int
     max_model_len: Union[int, str]    # tokens, or "auto": the longest the KV cache holds
 
-    @property
-    def max_len(self) -> Union[int, str]:
-        """The former name of max_model_len."""
-        return self.max_model_len
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -122,17 +117,12 @@ class CpuSizing:
     seqs: int
     kv_dtype: str = "auto"
 
-    @property
-    def length(self) -> int:
-        """The former name of max_model_len."""
-        return self.max_model_len
-
 
 @dataclass(frozen=True)
 class HostOptions:
-    """plan_host's options, checked (inputs.check_host), and where the host's engines listen (_host_needs.bind_address):
-    what the stages read of the host's settings, instead of the options mapping."""
-    bind_address: str
+    """plan_host's options, checked (inputs.check_host), and why the host's engines listen where they do
+    (_host_needs.edge_address; the bind address itself is always _host_needs.LOOPBACK): what the stages read of the host's
+    settings, instead of the options mapping."""
     bind_why: str
     edge_address: Optional[str] = None
     base_port: int = DEFAULT_BASE_PORT
@@ -142,8 +132,8 @@ class HostOptions:
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> "HostOptions":
-        """From a mapping with the same keys (a test's, or a caller's that ran bind_address itself)."""
-        return cls(bind_address=options["bind_address"], bind_why=options["bind_why"], edge_address=options.get("edge_address"),
+        """From a mapping with the same keys (a test's, or a caller's that ran edge_address itself)."""
+        return cls(bind_why=options["bind_why"], edge_address=options.get("edge_address"),
                    base_port=options.get("base_port", DEFAULT_BASE_PORT), model_root=options.get("model_root", DEFAULT_MODEL_ROOT),
                    hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"))
 
@@ -160,7 +150,7 @@ class Launch:
     """Stage 10's input to launch_args: everything the command line of one instance says, each decided by a stage."""
     model_dir: str
     served_name: str
-    bind_address: str
+    host: str                      # --host: the bind address, or every address inside a container (_host_needs.engine_host)
     port: int
     version: Version
     vendor: str

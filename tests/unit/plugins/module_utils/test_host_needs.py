@@ -6,6 +6,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.filter.model_store import model_store_models
 from ansible_collections.llmfleet.serving.plugins.module_utils import _host_needs as needs
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
@@ -63,13 +64,28 @@ def test_bind_address_is_decided_with_a_reason_and_never_public():
     alone = plan_host("h", BIG_CPU, [dep("Qwen3-8B")])["deployments"][0]["instances"][0]
     assert alone["bind_address"] == "127.0.0.1" and alone["edge"] is None
     for ok in ("192.168.1.20", "172.31.255.1", "100.100.1.1", "fd00::12"):
-        assert needs.bind_address(False, ok, "h")[:2] == ("127.0.0.1", ok)
+        assert needs.edge_address(False, ok, "h")[0] == ok
+        assert needs.bind_address(False, ok, "h") == ("127.0.0.1", *needs.edge_address(False, ok, "h"))   # the former API
     for bad, why in (("8.8.8.8", "is not a private address"), ("0.0.0.0", "is not a private address"),
                      ("203.0.113.10", "is not a private address"), ("172.32.0.1", "is not a private address"),
                      ("2001:db8::1", "is not a private address"), ("127.0.0.1", "is not a private address"),
                      ("gpu-01.example.com", "is not an IP address")):
         with pytest.raises(PlanError, match=f"llmfleet_private_address='{bad}' {why}"):
             plan_host("h", BIG_CPU, [dep("Qwen3-8B")], {"private_address": bad})
+
+
+def test_the_docker_runtime_listens_inside_its_container_by_the_plan_with_a_reason():
+    """The plan, not the role, says where a containerized engine listens: a plan that names an image runs in Docker, its
+    --host is every address of the container's own network, and Docker publishes the port on bind_address alone."""
+    assert needs.engine_host(None) == ("127.0.0.1", None)
+    host, why = needs.engine_host("vllm/vllm-openai:v0.17.0")
+    assert host == needs.CONTAINER_HOST == "0.0.0.0" and "publishes it on bind_address (127.0.0.1) only" in why
+    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": {"version": "0.17.0"}}])
+    for inst in gpu["deployments"][0]["instances"]:
+        assert inst["image"] and inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "0.0.0.0"
+        assert [r["why"] for r in inst["reasons"] if r["decision"] == "host=0.0.0.0"] == [why]
+    [cpu] = plan_host("h", BIG_CPU, [dep("Qwen3-8B")])["deployments"][0]["instances"]
+    assert cpu["package"] and not cpu["image"] and not any(r["decision"].startswith("host=") for r in cpu["reasons"])
 
 
 def test_unknown_planner_options_are_refused():

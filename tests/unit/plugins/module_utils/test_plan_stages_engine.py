@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.inputs impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.stages import Launch
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.topology import place
 
-CPU = Launch(model_dir="/models/m", served_name="m", bind_address="127.0.0.1", port=8002, version=(0, 32, 0), vendor="cpu",
+CPU = Launch(model_dir="/models/m", served_name="m", host="127.0.0.1", port=8002, version=(0, 32, 0), vendor="cpu",
              dtype="bfloat16", kv_cache_dtype="auto", max_model_len=4096, max_num_seqs=128, eager=True)
 
 

@@ -20,7 +20,7 @@ def test_check_host_gives_typed_options_and_leaves_the_mapping_alone():
     hw, opts = check_host("h", CPU_HW, options)
     assert options == before, "the caller's options are not mutated"
     assert isinstance(opts, HostOptions) and opts.base_port == 9000          # -e arrives as a string
-    assert (opts.bind_address, opts.edge_address, opts.model_root) == ("127.0.0.1", None, "/srv/models")
+    assert (opts.edge_address, opts.model_root) == (None, "/srv/models") and "gateway runs on this host" in opts.bind_why
     assert hw["accelerators"] == []
 
 
@@ -44,7 +44,7 @@ def test_check_host_refuses_malformed_input_naming_the_value(options, hardware, 
 
 def test_every_plan_option_is_a_host_options_field_or_its_source():
     fields = set(HostOptions.__dataclass_fields__)
-    # gateway_on_host and private_address become bind_address / edge_address (_host_needs.bind_address)
+    # gateway_on_host and private_address become edge_address and bind_why (_host_needs.edge_address)
     assert PLAN_OPTIONS - fields == {"gateway_on_host", "private_address"}
 
 
@@ -57,7 +57,7 @@ def test_read_request_takes_the_override_over_the_workload_and_says_the_oldest()
     [d] = check_deployments([{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"},
                               "workload": {"max_model_len": 8192}, "overrides": {"max_model_len": 4096}}], "h")
     req = read_request(d, Ctx([]))
-    assert req.max_model_len == 4096 and req.max_len == 4096 and req.concurrency == 8
+    assert req.max_model_len == 4096 and req.concurrency == 8
     [old] = check_deployments([{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.8.4"}}], "h")
     with pytest.raises(Refusal, match=r"older than 0.8.5"):
         read_request(old, Ctx([]))

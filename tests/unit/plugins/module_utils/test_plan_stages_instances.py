@@ -9,7 +9,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.inputs impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.instances import _hashed, _port_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.stages import HostOptions
 
-OPTS = HostOptions(bind_address="127.0.0.1", bind_why="the gateway runs on this host", base_port=9000)
+OPTS = HostOptions(bind_why="the gateway runs on this host", base_port=9000)
 
 
 def test_ports_start_at_the_base_and_skip_used_ones():
@@ -29,7 +29,7 @@ def test_the_composer_reads_typed_options_and_a_mapping_alike():
     hw = validate_hardware(hardware_profile("h200_sxm_8x"), source="test")
     [d] = check_deployments([{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}, "gpus": 2}], "h")
     typed = plan_deployment(d, hw, "h", {}, frozenset({9000}), OPTS)
-    as_mapping = {"bind_address": "127.0.0.1", "bind_why": OPTS.bind_why, "base_port": 9000}
+    as_mapping = {"bind_why": OPTS.bind_why, "base_port": 9000}
     mapping = plan_deployment(d, hw, "h", {}, frozenset({9000}), as_mapping)
     assert typed == mapping and typed.ports == [9001, 9002] and typed.gpus == [0, 1]
     args = typed.deployment["instances"][0]["args"]

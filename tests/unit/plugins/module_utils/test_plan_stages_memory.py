@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import validate_hardware
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import catalog_profile
@@ -56,9 +58,9 @@ def test_the_sizer_caps_auto_at_the_context_and_keeps_a_declared_length():
     req, p = plan_inputs({"max_num_seqs": 16})
     budget = gpu_budget(req, p, False, Ctx([]))
     assert forced_seqs(req) == 16
-    auto = Sizer(QWEN3_8B, p.vendor, req.version, budget, "bfloat16", False, "auto", forced_seqs(req), p.cc)
+    auto = Sizer(QWEN3_8B, p.vendor, dataclasses.replace(req, max_model_len="auto"), budget, "bfloat16", False, forced_seqs(req), p.cc)
     mem, seqs, max_model_len = auto.evaluate(1, "auto")
     assert seqs == 16 and max_model_len == QWEN3_8B.max_position_embeddings == 40960      # a 141 GB card holds the context
     assert mem.weights == QWEN3_8B.weight_bytes
-    declared = Sizer(QWEN3_8B, p.vendor, req.version, budget, "bfloat16", False, 1000, None, p.cc)
+    declared = Sizer(QWEN3_8B, p.vendor, dataclasses.replace(req, max_model_len=1000), budget, "bfloat16", False, None, p.cc)
     assert declared.evaluate(1, "auto")[2] == 1000 and declared.fits(1, "auto")

@@ -15,7 +15,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.model impor
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.stages import HostOptions, Serving
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "models"
-OPTS = HostOptions(bind_address="127.0.0.1", bind_why="the gateway runs on this host", model_root="/data/models")
+OPTS = HostOptions(bind_why="the gateway runs on this host", model_root="/data/models")
 
 
 def request(model, **extra):

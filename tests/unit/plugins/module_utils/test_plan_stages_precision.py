@@ -65,7 +65,7 @@ def test_does_not_fit_gives_the_numbers_and_what_would():
     and TP=2 (half the weights a GPU) are named, each because it is itself planned to fit."""
     m, req, p = staged("Qwen/Qwen3-32B", "h200x1", workload={"max_model_len": 40960, "concurrency": 1},
                        overrides={"gpu_memory_utilization": 0.3})
-    sizer = Sizer(m, p.vendor, req.version, gpu_budget(req, p, False, Ctx([])), "bfloat16", False, req.max_model_len, None, p.cc)
+    sizer = Sizer(m, p.vendor, req, gpu_budget(req, p, False, Ctx([])), "bfloat16", False, None, p.cc)
     text = does_not_fit("d", m, 1, sizer, p, req)
     assert text.startswith("d: Qwen/Qwen3-32B does not fit on 1 x 140 GiB GPUs: 61.02 GiB of weights per GPU at TP=1")
     assert text.endswith("what would fit: Qwen/Qwen3-32B-FP8, 2 of these GPUs (TP=2, planned to fit)")

@@ -40,7 +40,6 @@ def test_latency_takes_the_widest_tp_on_all_to_all_nvlink():
     req = read_request(d, ctx)
     p = place(d, req, hw, "h", {}, ctx)
     precision, _problems = choose_precision(QWEN3_8B, req, p, ctx)
-    sizer = Sizer(QWEN3_8B, p.vendor, req.version, gpu_budget(req, p, precision.eager, ctx), precision.dtype, precision.eager,
-                  req.max_model_len, None, p.cc)
+    sizer = Sizer(QWEN3_8B, p.vendor, req, gpu_budget(req, p, precision.eager, ctx), precision.dtype, precision.eager, None, p.cc)
     layout = choose_layout(QWEN3_8B, req, p, hw, sizer, ctx)
     assert (layout.tp, layout.instances, layout.kind) == (8, 1, "nvlink_all")

@@ -49,7 +49,7 @@ def test_gpu_sizing_keeps_the_declared_length_and_names_admission():
     req = read_request(d, ctx)
     p = place(d, req, hw, "h", {}, ctx)
     m = catalog_profile("Qwen/Qwen3-8B")
-    sizer = Sizer(m, p.vendor, req.version, gpu_budget(req, p, False, ctx), "bfloat16", False, req.max_model_len, None, p.cc)
+    sizer = Sizer(m, p.vendor, req, gpu_budget(req, p, False, ctx), "bfloat16", False, None, p.cc)
     sizing = size_instances(m, req, p, Layout(1, 1, "auto", False, False, "nvlink_all", [[0]]), sizer, ctx)
     assert sizing.max_model_len == 32768 and sizing.kv_dtype == "auto"       # 141 GB hold 8 x 32k of an 8B model in bf16
     assert sizing.mem.concurrency(32768) >= 8

@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine import de
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import VISIBLE_FRACTION, memory_model, plan_host
 
-from llmfleet_testing import h200_model
+from llmfleet_testing import h200_model, outside_container
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 MEASURED = json.loads((ROOT / "tests" / "fixtures" / "gpu" / "h200-vllm-0.26.0.json").read_text())
@@ -91,7 +91,7 @@ def test_plan_kv_cache_tokens_within_5_percent_of_vllm_on_the_h200(label):
     plan = plan_host("h200x1", hardware_profile("h200x1"), [deployment(spec)])
     [inst] = plan["deployments"][0]["instances"]
     # what the carry needed (appended after the plan's flags, e.g. the Triton GDN kernel) is not the plan's
-    planned = inst["args"][1:] + spec.get("carry_args", [])
+    planned = outside_container(inst["args"])[1:] + spec.get("carry_args", [])   # the sessions ran vLLM outside a container
     seqs = flag(planned, "--max-num-seqs")
     assert admission_apart(planned) == admission_apart(run["args"])
     assert int(flag(run["args"], "--max-num-seqs")) <= int(seqs) <= DEFAULT_SEQS
@@ -288,7 +288,8 @@ def test_todays_h200_plans_run_vllms_default_engine_plus_the_parsers(kind):
     (session 15: mla-plan and mla-default, the same engine memory to the token, 1.00x / 1.04x / 1.14x in one lease)."""
     spec = RUNS[f"{kind}-plan"]
     [inst] = plan_host("h200x1", hardware_profile("h200x1"), [deployment(spec)])["deployments"][0]["instances"]
-    plan = inst["args"][1:] + spec.get("carry_args", [])      # today's plan, and what the carry adds (the Triton GDN kernel)
+    # today's plan as the sessions ran it (outside a container), and what the carry adds (the Triton GDN kernel)
+    plan = outside_container(inst["args"])[1:] + spec.get("carry_args", [])
     default = RUNS[f"{kind}-default"]["args"]
     assert plan == spec["args"] and engine_args(plan) == default
     assert any(a in PARSER_FLAGS for a in plan) == (kind != "mla")      # DeepSeek-V2-Lite-Chat: no tool format planned

@@ -22,7 +22,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     size_instances,
 )
 
-OPTIONS = {"bind_address": "127.0.0.1", "edge_address": None, "bind_why": "the gateway runs on this host"}
+OPTIONS = {"edge_address": None, "bind_why": "the gateway runs on this host"}
 
 
 def hw_of(profile):
@@ -52,7 +52,7 @@ def staged(d, hw, host="h"):
     precision, problems = choose_precision(m, req, p, ctx)
     assert problems == []
     budget = gpu_budget(req, p, precision.eager, ctx)
-    sizer = Sizer(m, p.vendor, req.version, budget, precision.dtype, precision.eager, req.max_len, req.overrides.get("max_num_seqs"))
+    sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, req.overrides.get("max_num_seqs"))
     return types.SimpleNamespace(ctx=ctx, req=req, m=m, p=p, precision=precision, budget=budget, sizer=sizer)
 
 
@@ -78,8 +78,8 @@ def test_request_warns_for_an_engine_newer_than_the_flag_table():
 def test_request_reads_the_workload_as_numbers_and_overrides_win():
     req = read_request(deployment(workload={"max_model_len": 4096, "concurrency": 3, "goal": "latency"},
                                   overrides={"max_model_len": 2048}), Ctx([]))
-    assert (req.max_len, req.concurrency, req.goal) == (2048, 3, "latency")
-    assert read_request(deployment(), Ctx([])).max_len == "auto"
+    assert (req.max_model_len, req.concurrency, req.goal) == (2048, 3, "latency")
+    assert read_request(deployment(), Ctx([])).max_model_len == "auto"
 
 
 # stage 2: the model
@@ -305,7 +305,7 @@ def test_features_give_the_familys_parsers_and_leave_a_cpu_without_backends():
     p = place(d, req, hw, "h", {}, ctx)
     precision, _problems = choose_precision(m, req, p, ctx)
     cpu = size_cpu(m, req, hw, "h", precision.dtype, ctx)
-    assert cpu.length == 4096 and cpu.space_gib == max(1, math.ceil(cpu.per_token * 4096 * 2 / 1024 ** 3))
+    assert cpu.max_model_len == 4096 and cpu.space_gib == max(1, math.ceil(cpu.per_token * 4096 * 2 / 1024 ** 3))
     feats = choose_features(m, req, p, precision, cpu.seqs, 2048, "auto", None, ctx)
     assert (feats.backend, feats.capture, feats.reasoning, feats.tools, feats.hf_overrides) == (None, None, "qwen3", "hermes", None)
 

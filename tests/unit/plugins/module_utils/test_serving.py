@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shlex
 
 import pytest
 import yaml
@@ -39,9 +38,8 @@ def test_v100_plan_becomes_containers_with_gpus_by_index_and_a_loopback_port():
         assert spec["env"]["VLLM_API_KEY"] == KEY
         host, port = serving.bind_of(inst)
         assert spec["published_ports"] == [f"{host}:{port}:{port}"]
-        assert spec["command"][spec["command"].index("--host") + 1] == "0.0.0.0"
-        # every other argument is the plan's, unchanged
-        assert serving.with_option(spec["command"], "--host", host) == inst["args"]
+        # exactly the plan's arguments: its --host is every address inside the container (the planner's decision)
+        assert spec["command"] == inst["args"] and spec["command"][spec["command"].index("--host") + 1] == "0.0.0.0"
         assert spec["ipc_mode"] == "private" and "no-new-privileges" in spec["security_opts"]
         model = next(m for m in spec["mounts"] if m["target"] == inst["model_dir"])
         assert inst["args"][0] == inst["model_dir"] and inst["bind_address"] == host == "127.0.0.1"
@@ -49,6 +47,23 @@ def test_v100_plan_becomes_containers_with_gpus_by_index_and_a_loopback_port():
         assert spec["labels"]["io.llmfleet.plan-hash"] == inst["plan_hash"]
         assert spec["cpuset_cpus"] == inst["cpuset"]
         assert spec["image"] == inst["image"] and not spec["image"].endswith(":latest")
+
+
+def test_a_host_that_does_not_suit_the_runtime_is_refused_not_rewritten():
+    """A plan from before the planner decided the container's --host (loopback inside the container: the published port
+    would reach nothing), or a venv engine on every address of the host: refused, naming what to do."""
+    [gpu] = instances("h100")[:1]
+    old = dict(gpu, args=[("127.0.0.1" if a == "0.0.0.0" else a) for a in gpu["args"]])
+    with pytest.raises(serving.ServingError, match=r"--host is 127\.0\.0\.1, but the docker runtime .*older planner or edited by hand"):
+        serving.docker_spec(old, cache_dir="/c", patches_dir="/p", api_key=KEY)
+    [cpu] = serving.plan_instances(cpu_plan())
+    assert serving.runtime_args(cpu, "systemd") == cpu["args"]
+    wide = dict(cpu, args=[("0.0.0.0" if a == "127.0.0.1" else a) for a in cpu["args"]])
+    with pytest.raises(serving.ServingError, match=r"--host is 0\.0\.0\.0, but the systemd runtime .*bind_address alone"):
+        serving.systemd_unit(wide, python="/v/bin/python", env_path="/e", cache_dir="/c", user="u")
+    twice = dict(cpu, args=[*cpu["args"], "--host=127.0.0.1"])
+    with pytest.raises(serving.ServingError, match=r"--host is 127\.0\.0\.1, 127\.0\.0\.1"):
+        serving.runtime_args(twice, "systemd")
 
 
 def test_patches_are_mounted_read_only_and_loaded_by_env():
@@ -130,24 +145,11 @@ def test_runtime_choice():
         serving.choose_runtime(gpu, "podman")
 
 
-def systemd_split(line: str):
-    """systemd's word splitting for ExecStart (double quotes with C escapes, %% and $$)."""
-    words = shlex.split(line, posix=True)
-    return [w.replace("%%", "%").replace("$$", "$") for w in words]
-
-
-@pytest.mark.parametrize("arg", ["plain", '{"enable_thinking": false}', "a b", "100%", "$HOME", 'back\\slash "q"', ""])
-def test_systemd_quoting_round_trips(arg):
-    assert systemd_split(serving.systemd_quote(arg)) == [arg]
-
-
 def test_cpu_plan_becomes_a_unit_with_the_plans_arguments():
     [inst] = serving.plan_instances(cpu_plan())
     text = serving.systemd_unit(inst, python="/opt/llmfleet/vllm/0.32.0/bin/python", env_path="/etc/llmfleet/vllm/x.env",
                                 cache_dir="/var/lib/llmfleet/vllm/x", user="llmfleet-vllm")
-    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))[len("ExecStart="):]
-    assert systemd_split(exec_start) == ["/opt/llmfleet/vllm/0.32.0/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
-                                         *inst["args"]]
+    # the ExecStart words are the plan's arguments: test_units.test_the_vllm_unit_runs_exactly_the_plans_arguments
     assert "Restart=on-failure" in text and f"TimeoutStopSec={inst['stop_timeout_s']}" in text
     assert "EnvironmentFile=/etc/llmfleet/vllm/x.env" in text and "User=llmfleet-vllm" in text
     assert f"CPUAffinity={inst['cpuset'].replace(',', ' ')}" in text

@@ -8,6 +8,8 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rollout as r
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
 
+from test_rotation import CONF   # the gateway's upstream lines, as the rotation tests read them
+
 # vLLM 0.32's /metrics (the lines that matter, as the CPU build prints them)
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -17,12 +19,6 @@ vllm:num_requests_running{engine="0",model_name="tiny-a"} 2.0
 vllm:num_requests_waiting{engine="0",model_name="tiny-a"} 1.0
 vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny-a",reason="capacity"} 7.0
 """
-CONF = """upstream llm_tiny_a {
-    zone llm_tiny_a 64k;
-    server 172.30.77.11:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine1 tiny-a-0
-    server 172.30.77.12:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine2 tiny-a-0
-    keepalive 16;
-}"""
 
 
 def test_in_flight_sums_running_and_waiting_and_nothing_else():

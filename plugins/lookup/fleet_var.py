@@ -27,12 +27,19 @@ options:
     type: list
     elements: str
     required: true
+  host:
+    description: Read the variable of this inventory host instead of the current one (its hostvars).
+    type: str
 """
 
 EXAMPLES = r"""
 - name: The plan folder
   ansible.builtin.debug:
     msg: "{{ lookup('llmfleet.serving.fleet_var', 'llmfleet_plan_dir') }}"
+
+- name: Another host's setting, with the same default
+  ansible.builtin.debug:
+    msg: "{{ lookup('llmfleet.serving.fleet_var', 'llmfleet_gateway', host=groups['llm_gateway'][0]) }}"
 """
 
 RETURN = r"""
@@ -54,6 +61,11 @@ class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         variables = variables or {}
+        host = self.get_option("host")
+        if host:
+            if host not in (variables.get("hostvars") or {}):
+                raise AnsibleLookupError(f"fleet_var: host={host!r} is not in the inventory; name an inventory host")
+            variables = variables["hostvars"][host]
 
         def read(name):
             if name not in variables:

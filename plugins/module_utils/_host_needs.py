@@ -91,9 +91,11 @@ def engine_host(image: Optional[str]) -> Tuple[str, Optional[str]]:
     (CONTAINER_HOST) and Docker publishes the port on the bind address alone. A venv (systemd) engine shares the host's
     network and listens on the bind address itself."""
     if image:
-        return CONTAINER_HOST, (f"the docker runtime (the plan names an image): inside its container the engine listens on "
-                                f"every address of the container's own network, which nothing but Docker's published port "
-                                f"reaches; Docker publishes it on bind_address ({LOOPBACK}) only")
+        return CONTAINER_HOST, (f"the docker runtime (the plan names an image): the host's loopback does not reach into the "
+                                f"container's own network, so the engine listens on every address inside it, and Docker "
+                                f"publishes the port on bind_address ({LOOPBACK}) only: no other machine reaches it but "
+                                f"through the gateway or the edge (the host itself and containers on the same Docker "
+                                f"bridge still reach the container's address)")
     return LOOPBACK, None
 
 

@@ -75,6 +75,25 @@ def routes(conf: str) -> List[Dict[str, Any]]:
     return out
 
 
+def down_in(conf: str) -> List[str]:
+    """The instances a configuration has `down` ("host/instance"): the state of a gateway that has no state file yet (one
+    set up before the state existed, or a `down` set by hand), so that the first change keeps them out."""
+    return sorted({f"{r['host']}/{r['instance']}" for r in routes(conf) if r["down"]})
+
+
+def set_one(conf: str, instance: str, down: bool) -> str:
+    """The configuration with `down` set on (or cleared from) the server line(s) of `instance` alone; every other line
+    as it was."""
+    name = check_name(instance)
+    lines = []
+    for line in str(conf).split("\n"):
+        m = SERVER_LINE.match(line)
+        if m and f"{m.group('host')}/{m.group('inst')}" == name:
+            line = f"{m.group('head')}{' down' if down else ''};{m.group('tail')}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def apply(conf: str, out: Sequence[str]) -> str:
     """The configuration with exactly the servers of `out` marked `down` (every other server line without it); nothing
     else in the text changes."""
@@ -89,4 +108,5 @@ def apply(conf: str, out: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SERVER_LINE", "RotationError", "check_name", "parse_state", "render_state", "update", "routes", "apply"]
+__all__ = ["SERVER_LINE", "RotationError", "check_name", "parse_state", "render_state", "update", "routes", "down_in", "set_one",
+           "apply"]

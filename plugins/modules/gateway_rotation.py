@@ -14,8 +14,11 @@ description:
   - "The rotation state (the instances taken out, as C({\"out\": [\"host/instance\", ...]})) is kept in O(state_file); the
     gateway role's full render reads it, so a re-render keeps a drained instance out."
   - With O(instance) and O(down), updates the state and sets or clears C(down) on that instance's upstream server line
-    in O(conf). The changed configuration is checked first on a copy of the live tree in O(staging) with O(validate),
-    then written beside the live file and renamed over it. The caller reloads nginx when it changed.
+    in O(conf), and no other line. The changed configuration is checked first on a private copy (C(nginx.conf) and the
+    folder of O(conf), in O(staging), removed afterwards) with O(validate); then the state is written, the configuration
+    written beside the live file and renamed over it, and O(reload) run. When the reload fails, both files are put back.
+  - Without a state file yet, the instances O(conf) has C(down) are the state (a gateway set up before the state
+    existed, or a C(down) set by hand), so a change of one instance never puts another one back.
   - Without O(instance), reads only and reports the routes and the state.
   - One writer at a time on a host (an exclusive lock beside the state file).
 author:
@@ -36,11 +39,11 @@ options:
     type: path
     default: /var/lib/llmfleet/gateway/rotation.json
   root:
-    description: The configuration folder copied to O(staging) for the check (its dot-folders are left out).
+    description: The folder of C(nginx.conf); C(nginx.conf) and the folder of O(conf) are copied to O(staging) for the check.
     type: path
     default: /etc/nginx
   staging:
-    description: Where the copy of O(root) with the new O(conf) is checked (emptied each time).
+    description: Where the private copy (mode 0700) with the new O(conf) is checked; removed afterwards.
     type: path
     default: /etc/nginx/.llmfleet-rotation
   validate:
@@ -48,6 +51,12 @@ options:
     type: list
     elements: str
     default: [nginx, -t, -q, -c, "%s/nginx.conf"]
+  reload:
+    description: The command (argv) run after O(conf) changed, so that nginx uses it (a stream in flight finishes on the
+      old worker). Empty runs nothing.
+    type: list
+    elements: str
+    default: [systemctl, reload, nginx]
 attributes:
   check_mode:
     support: full
@@ -84,7 +93,7 @@ routes:
   type: list
   elements: dict
 reload:
-  description: Whether O(conf) changed (then nginx must reload to use it).
+  description: Whether O(conf) changed (and O(reload) ran).
   returned: always
   type: bool
 out:
@@ -102,7 +111,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import ConfigTreeError, validate_argv
 from ansible_collections.llmfleet.serving.plugins.module_utils._rotation import (
-    RotationError, apply, parse_state, render_state, routes, update)
+    RotationError, down_in, parse_state, render_state, routes, set_one, update)
 
 
 def _read(path):
@@ -129,6 +138,18 @@ def _replace(path, text, like=None, mode=0o644):
     os.replace(temp, path)
 
 
+def _stage(root, conf_path, new_conf, staging):
+    """A private copy of the tree nginx reads (nginx.conf and the folder of conf_path), with the new configuration in it.
+    Created 0700 before anything is copied: the tree holds the engines' key."""
+    if os.path.isdir(staging):
+        shutil.rmtree(staging)
+    os.mkdir(staging, 0o700)
+    shutil.copy2(os.path.join(root, "nginx.conf"), os.path.join(staging, "nginx.conf"))
+    folder = os.path.relpath(os.path.dirname(conf_path), root)
+    shutil.copytree(os.path.join(root, folder), os.path.join(staging, folder), symlinks=True)
+    _replace(os.path.join(staging, os.path.relpath(conf_path, root)), new_conf, like=os.stat(conf_path))
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -139,6 +160,7 @@ def main():
             "root": {"type": "path", "default": "/etc/nginx"},
             "staging": {"type": "path", "default": "/etc/nginx/.llmfleet-rotation"},
             "validate": {"type": "list", "elements": "str", "default": ["nginx", "-t", "-q", "-c", "%s/nginx.conf"]},
+            "reload": {"type": "list", "elements": "str", "default": ["systemctl", "reload", "nginx"]},
         },
         required_together=[("instance", "down")],
         supports_check_mode=True,
@@ -149,49 +171,61 @@ def main():
         argv = validate_argv(p["validate"], staging)
     except ConfigTreeError as exc:
         module.fail_json(msg=f"gateway_rotation: {exc} (fix the validate option)")
-    folder = os.path.dirname(p["state_file"])
     writing = p["instance"] is not None and not module.check_mode
     if writing:
-        os.makedirs(folder, 0o755, exist_ok=True)
-    lock = open(p["state_file"] + ".lock", "a") if writing else None   # pylint: disable=consider-using-with
+        os.makedirs(os.path.dirname(p["state_file"]), 0o755, exist_ok=True)
+    lock = open(p["state_file"] + ".lock", "a", encoding="utf-8") if writing else None   # pylint: disable=consider-using-with
     try:
         if lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
         state_text = _read(p["state_file"])
         conf = _read(p["conf"])
         try:
-            out = parse_state(state_text or "")
-            new_out = update(out, p["instance"], p["down"]) if p["instance"] is not None else out
-            new_conf = apply(conf, new_out) if conf is not None else None
+            # no state file yet: what the live configuration has down is the state (a gateway set up before the state
+            # existed, or a `down` set by hand), so a change of one instance never puts another one back
+            out = parse_state(state_text) if state_text is not None else down_in(conf or "")
+            if p["instance"] is None:
+                module.exit_json(changed=False, reload=False, out=out, routes=routes(conf or ""))
+            new_out = update(out, p["instance"], p["down"])
+            new_conf = set_one(conf, p["instance"], p["down"]) if conf is not None else None
         except RotationError as exc:
             module.fail_json(msg=f"gateway_rotation on {p['state_file']}: {exc} (see the gateway role's README, rotation)")
-        state_changed = (state_text or "") != render_state(new_out) if p["instance"] is not None else False
+        state_changed = new_out != out or (state_text is None and bool(new_out))
         conf_changed = new_conf != conf
         result = {"changed": state_changed or conf_changed, "reload": conf_changed, "out": new_out,
                   "routes": routes(new_conf or "")}
-        if p["instance"] is None:
-            # a report: what the live file says (the state may be ahead of a configuration not rendered yet)
-            result.update(changed=False, reload=False, out=out, routes=routes(conf or ""))
-            module.exit_json(**result)
         if module.check_mode or not result["changed"]:
             module.exit_json(**result)
         if conf_changed:
-            if os.path.isdir(staging):
-                shutil.rmtree(staging)
-            shutil.copytree(root, staging, symlinks=True, ignore=lambda d, names: [n for n in names if n.startswith(".")]
-                            if os.path.samefile(d, root) else [])
-            os.chmod(staging, 0o700)
-            _replace(os.path.join(staging, os.path.relpath(p["conf"], root)), new_conf, like=os.stat(p["conf"]))
-            if argv:
-                rc, stdout, stderr = module.run_command(argv)
-                if rc != 0:
-                    module.fail_json(msg=f"{' '.join(argv)} rejected the gateway's configuration with {p['instance']} "
-                                         f"{'out of' if p['down'] else 'back in'} the rotation (nothing changed): "
-                                         f"{(stderr or stdout).strip()} -- run playbooks/gateway.yml to render it again, "
-                                         "then run again", rc=rc)
-            _replace(p["conf"], new_conf, like=os.stat(p["conf"]))
+            try:
+                _stage(root, p["conf"], new_conf, staging)
+                if argv:
+                    rc, stdout, stderr = module.run_command(argv)
+                    if rc != 0:
+                        module.fail_json(msg=f"{' '.join(argv)} rejected the gateway's configuration with {p['instance']} "
+                                             f"{'out of' if p['down'] else 'back in'} the rotation (nothing changed): "
+                                             f"{(stderr or stdout).strip()} -- run playbooks/gateway.yml to render it again, "
+                                             "then run again", rc=rc)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        # the state first: a render that reads it before the configuration is replaced already renders the change
         if state_changed:
             _replace(p["state_file"], render_state(new_out))
+        if conf_changed:
+            _replace(p["conf"], new_conf, like=os.stat(p["conf"]))
+            if p["reload"]:
+                rc, stdout, stderr = module.run_command(p["reload"])
+                if rc != 0:
+                    # nginx still runs the previous configuration: put the files back as they were, so that what the
+                    # files say is what nginx does
+                    _replace(p["conf"], conf, like=os.stat(p["conf"]))
+                    if state_text is None:
+                        os.unlink(p["state_file"])
+                    else:
+                        _replace(p["state_file"], state_text)
+                    module.fail_json(msg=f"{' '.join(p['reload'])} failed ({(stderr or stdout).strip()}): the gateway still "
+                                         f"routes as before and its files are as they were; look at `systemctl status nginx` "
+                                         "on this host, then run again", rc=rc)
     except OSError as exc:
         module.fail_json(msg=f"gateway_rotation: {exc}; check the folder's free space and permissions, then run again")
     finally:

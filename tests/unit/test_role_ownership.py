@@ -25,7 +25,10 @@ WRITES: Dict[str, Tuple[str, ...]] = {
     "blockinfile": ("path", "dest"), "replace": ("path",), "unarchive": ("dest",), "get_url": ("dest",),
     "config_tree": ("root",), "gateway_rotation": ("conf", "state_file"), "pip_venv": ("path",),
     "model_fetch": ("dest",), "kernel_tunables": ("path",),
+    "apt_repository": ("filename",), "sysctl": ("sysctl_file",),
     "systemd_service": ("service:name",), "systemd": ("service:name",), "service": ("service:name",),
+    # a container is a service of the role that names it
+    "docker_container": ("service:name",),
 }
 # system folders every role may put its own named file in (a unit, an apt source, a keyring) or unpack into: a write
 # whose static prefix stops at one of them names its file only at run time, from its own role's values

@@ -38,12 +38,18 @@ def gateway(tmp_path):
     root = _render(tmp_path / "first", gw.gateway_model(plans(), "gw"))
     assert _nginx_t(root).returncode == 0          # also points the pid file into the tree
     state = tmp_path / "state" / "rotation.json"
+    reloads = tmp_path / "reloads.log"
 
     def task(**args):
+        # the reload stands for `systemctl reload nginx` (no nginx runs here): it logs each run
         return {"llmfleet.serving.gateway_rotation": dict(
             conf=str(root / "llmfleet" / "gateway.conf"), state_file=str(state), root=str(root),
-            staging=str(tmp_path / "staging"), **args)}
-    return {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf"}
+            staging=str(tmp_path / "staging"), reload=["sh", "-c", f"echo reload >> {reloads}"], **args)}
+    return {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf", "reloads": reloads}
+
+
+def reloads(gateway):
+    return len(gateway["reloads"].read_text().splitlines()) if gateway["reloads"].exists() else 0
 
 
 def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp_path):
@@ -56,8 +62,9 @@ def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp
     assert "127.0.0.12:8002 max_fails=2 fail_timeout=10s down;  # llmfleet-fleet-engine2 tiny-a-0" in conf
     assert conf.count(" down;") == 1
     assert json.loads(gateway["state"].read_text()) == {"out": [E2]}
-    assert (tmp_path / "staging" / "llmfleet" / "gateway.conf").read_text() == conf   # what nginx -t checked
-    assert again["changed"] is False and again["reload"] is False
+    assert not (tmp_path / "staging").exists(), "the private copy (it holds the engines' key) is removed"
+    assert reloads(gateway) == 1
+    assert again["changed"] is False and again["reload"] is False and reloads(gateway) == 1
     assert report["changed"] is False and report["out"] == [E2]
     assert [(r["host"], r["down"]) for r in report["routes"]] == [("llmfleet-fleet-engine1", False), ("llmfleet-fleet-engine2", True)]
     # a full render of the gateway (what playbooks/gateway.yml does) reads the state and writes the same bytes
@@ -65,7 +72,7 @@ def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp
     assert (rendered / "llmfleet" / "gateway.conf").read_text() == conf
     back, = play(tmp_path, [gateway["task"](instance=E2, down=False)])
     assert back["changed"] is True and back["out"] == []
-    assert gateway["conf"].read_text() == before
+    assert gateway["conf"].read_text() == before and reloads(gateway) == 2
 
 
 def test_check_mode_writes_nothing(gateway, tmp_path):
@@ -92,3 +99,30 @@ def test_a_gateway_that_does_not_route_the_instance_yet_keeps_it_in_the_state(ga
     assert result["changed"] is True and result["reload"] is False
     assert gateway["conf"].read_text() == before
     assert rot.parse_state(gateway["state"].read_text()) == ["llmfleet-fleet-engine3/tiny-a-0"]
+
+
+def test_a_gateway_without_a_state_file_keeps_what_its_configuration_has_down(gateway, tmp_path):
+    """A gateway set up before the state existed, or a `down` set by hand: the next change of another instance leaves
+    it down (the state starts from the configuration), and only that instance's line changes."""
+    conf = gateway["conf"].read_text().replace("fail_timeout=10s;  # llmfleet-fleet-engine1",
+                                               "fail_timeout=10s down;  # llmfleet-fleet-engine1")
+    gateway["conf"].write_text(conf)
+    result, = play(tmp_path, [gateway["task"](instance=E2, down=True)])
+    assert result["out"] == ["llmfleet-fleet-engine1/tiny-a-0", E2]
+    assert [r["down"] for r in result["routes"]] == [True, True]
+    assert rot.parse_state(gateway["state"].read_text()) == ["llmfleet-fleet-engine1/tiny-a-0", E2]
+    # back in with nothing recorded and nothing down: no state file is written for it
+    gateway["state"].unlink()
+    gateway["conf"].write_text(conf.replace(" down;", ";"))
+    noop, = play(tmp_path, [gateway["task"](instance=E2, down=False)])
+    assert noop["changed"] is False and not gateway["state"].exists()
+
+
+def test_a_failed_reload_puts_both_files_back(gateway, tmp_path):
+    before = gateway["conf"].read_text()
+    task = gateway["task"](instance=E2, down=True)
+    task["llmfleet.serving.gateway_rotation"]["reload"] = ["sh", "-c", "echo 'nginx.service is not active' >&2; exit 1"]
+    result, = play(tmp_path, [task])
+    assert result["failed"] is True and "nginx.service is not active" in result["msg"]
+    assert "files are as they were" in result["msg"]
+    assert gateway["conf"].read_text() == before and not gateway["state"].exists()

@@ -38,9 +38,17 @@ def test_two_changes_of_one_batch_both_stay_out():
     assert state == [E2] and rot.apply(conf, state) == rot.apply(CONF, [E2])
 
 
+def test_one_change_touches_one_line():
+    both = rot.apply(CONF, [E1, E2])
+    assert rot.set_one(both, E2, False) == rot.apply(CONF, [E1])
+    assert rot.set_one(CONF, E2, True) == rot.apply(CONF, [E2])
+    assert rot.down_in(both) == [E1, E2] and rot.down_in(CONF) == []
+
+
 def test_names_match_only_themselves():
     # a host name that is a prefix of another's, and regex characters in names
     assert rot.apply(CONF, ["llmfleet-fleet-engine/tiny-a-0", "llmfleet-fleet-engine./tiny-a-0"]) == CONF
+    assert rot.set_one(CONF, "llmfleet-fleet-engine./tiny-a-0", True) == CONF
     with pytest.raises(rot.RotationError, match="host/instance"):
         rot.update([], "tiny-a-0", True)
 

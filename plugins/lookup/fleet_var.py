@@ -61,7 +61,7 @@ class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         variables = variables or {}
-        host = self.get_option("host")
+        host = kwargs.get("host")
         if host:
             if host not in (variables.get("hostvars") or {}):
                 raise AnsibleLookupError(f"fleet_var: host={host!r} is not in the inventory; name an inventory host")

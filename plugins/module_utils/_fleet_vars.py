@@ -174,7 +174,7 @@ def value_of(name: str, read: Callable[[str], Tuple[bool, Any]], env: Mapping[st
 
 
 def _fields(text: str) -> Tuple[str, ...]:
-    return tuple(field for _, field, _, _ in string.Formatter().parse(text) if field)
+    return tuple(part[1] for part in string.Formatter().parse(text) if part[1])
 
 
 __all__ = ["FleetVarError", "FleetVar", "FLEET_VARS", "ENGINE_DEFAULTS", "ENGINE_VARS", "NOT_VARIABLES", "fleet_var",

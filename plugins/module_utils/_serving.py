@@ -77,8 +77,8 @@ def runtime_args(instance: Mapping[str, Any], runtime: str) -> List[str]:
     inside the docker runtime's container (Docker publishes the port on bind_address alone), the bind address itself for
     a systemd unit (the engine shares the host's network). Anything else is refused, never rewritten."""
     args = [str(a) for a in instance["args"]]
-    hosts = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--host"] + [a.split("=", 1)[1] for a in args
-                                                                                   if a.startswith("--host=")]
+    hosts = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--host"]
+    hosts += [a.split("=", 1)[1] for a in args if a.startswith("--host=")]
     want = CONTAINER_HOST if runtime == "docker" else str(instance["bind_address"])
     if hosts != [want]:
         where = ("inside its container, which only Docker's published port on bind_address reaches" if runtime == "docker"

@@ -123,8 +123,8 @@ def repeated_defaults(text: str, names: List[str]) -> List[str]:
             if not UNSET.match(text, match.end()):
                 found.append(text[match.start():match.end() + 40].split("\n")[0])
         # Python: hostvars read with the registry's default spelled out, e.g. _var(hostvars, host, "llmfleet_x", True)
-        found += [m.group(0) for m in re.finditer(rf"[\"']{name}[\"']\s*,\s*(True|False|\d+|[\"'][^\"']+[\"']|\{{\}}|\[\])\s*\)",
-                                                 text)]
+        pattern = rf"[\"']{name}[\"']\s*,\s*(True|False|\d+|[\"'][^\"']+[\"']|\{{\}}|\[\])\s*\)"
+        found += [m.group(0) for m in re.finditer(pattern, text)]
     return found
 
 
@@ -426,3 +426,9 @@ def test_the_fleet_var_lookup_reads_the_host_then_the_registry(monkeypatch):
     from ansible.errors import AnsibleLookupError
     with pytest.raises(AnsibleLookupError, match="fleet_var: 'llmfleet_nope' is not"):
         lookup.run(["llmfleet_nope"], variables={})
+    # another host's value (host=), with the same default when it sets none
+    hostvars = {"gw1": {"llmfleet_gateway": False}, "gw2": {}}
+    assert lookup.run(["llmfleet_gateway"], variables={"hostvars": hostvars}, host="gw1") == [False]
+    assert lookup.run(["llmfleet_gateway"], variables={"hostvars": hostvars, "llmfleet_gateway": False}, host="gw2") == [True]
+    with pytest.raises(AnsibleLookupError, match="host='gw9' is not in the inventory"):
+        lookup.run(["llmfleet_gateway"], variables={"hostvars": hostvars}, host="gw9")

@@ -79,7 +79,7 @@ def test_the_docker_runtime_listens_inside_its_container_by_the_plan_with_a_reas
     --host is every address of the container's own network, and Docker publishes the port on bind_address alone."""
     assert needs.engine_host(None) == ("127.0.0.1", None)
     host, why = needs.engine_host("vllm/vllm-openai:v0.17.0")
-    assert host == needs.CONTAINER_HOST == "0.0.0.0" and "publishes it on bind_address (127.0.0.1) only" in why
+    assert host == needs.CONTAINER_HOST == "0.0.0.0" and "publishes the port on bind_address (127.0.0.1) only" in why and "same Docker bridge" in why
     gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": {"version": "0.17.0"}}])
     for inst in gpu["deployments"][0]["instances"]:
         assert inst["image"] and inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "0.0.0.0"

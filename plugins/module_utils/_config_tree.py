@@ -7,10 +7,12 @@ The config_tree module does the file system work around these pure functions: th
 to a staging folder, checked there (`nginx -t -c <staging>/nginx.conf`), and only then the files that differ
 are installed. The files use paths relative to their folder, so the staging copy and the live copy are the
 same bytes (nginx resolves a relative `include`, `js_path` or `js_import` against the folder of the main
-configuration file it was given)."""
+configuration file it was given). `write_beside` is the one file write both the config_tree and the
+gateway_rotation modules use to replace a live file."""
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -18,6 +20,20 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 class ConfigTreeError(ValueError):
     """A file list the module cannot install as given."""
+
+
+def write_beside(target: str, content: bytes, mode: int, uid: int, gid: int) -> None:
+    """Write `content` beside `target` (owner and mode set before it is visible), then rename it over `target`: a reader
+    sees the old file or the new one, never a part."""
+    temp = os.path.join(os.path.dirname(target), "." + os.path.basename(target) + ".llmfleet-new")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, content)
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    os.replace(temp, target)
 
 
 @dataclass(frozen=True)

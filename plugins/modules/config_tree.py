@@ -151,7 +151,7 @@ import stat as statmod
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import (
-    ConfigTreeError, Present, diff_entries, differing, parse_mode, stale, summary, validate_argv, wanted_files)
+    ConfigTreeError, Present, diff_entries, differing, parse_mode, stale, summary, validate_argv, wanted_files, write_beside)
 
 try:
     import grp
@@ -198,16 +198,7 @@ def _makedirs(top, path, dir_mode, uid, gid):
 def _write(top, item, uid, gid, dir_mode):
     """Write item beside its target, then rename it over: a reader sees the old file or the new one."""
     _makedirs(top, item.path, dir_mode, uid, gid)
-    target = os.path.join(top, item.path)
-    temp = os.path.join(os.path.dirname(target), "." + os.path.basename(target) + ".llmfleet-new")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, item.content)
-        os.fchown(fd, uid, gid)
-        os.fchmod(fd, item.mode)
-    finally:
-        os.close(fd)
-    os.replace(temp, target)
+    write_beside(os.path.join(top, item.path), item.content, item.mode, uid, gid)
 
 
 def main():

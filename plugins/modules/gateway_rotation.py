@@ -109,7 +109,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import ConfigTreeError, validate_argv
+from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import ConfigTreeError, validate_argv, write_beside
 from ansible_collections.llmfleet.serving.plugins.module_utils._rotation import (
     RotationError, down_in, parse_state, render_state, routes, set_one, update)
 
@@ -123,19 +123,9 @@ def _read(path):
 
 
 def _replace(path, text, like=None, mode=0o644):
-    """Write beside path, then rename over it: a reader sees the old file or the new one. Keeps like's mode and owner."""
-    temp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".llmfleet-new")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        if like is not None:
-            os.fchown(fd, like.st_uid, like.st_gid)
-            os.fchmod(fd, like.st_mode & 0o7777)
-        else:
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    """Replace path with text (write_beside): like's mode and owner, or mode and this process's owner."""
+    write_beside(path, text.encode("utf-8"), like.st_mode & 0o7777 if like is not None else mode,
+                 like.st_uid if like is not None else os.getuid(), like.st_gid if like is not None else os.getgid())
 
 
 def _stage(root, conf_path, new_conf, staging):

@@ -1,11 +1,17 @@
 """llmfleet.serving.gateway_rotation through Ansible on this host, on a gateway tree rendered from the role's own
-templates and checked with the real `nginx -t` (Debian's nginx + njs, installed by `make units`): an instance goes out
-of the rotation and back byte for byte, the state survives a full render (the render writes what the rotation wrote),
-check mode writes nothing, and a tree nginx rejects leaves the live file and the state as they were."""
+templates, served by a real nginx (Debian's nginx + njs, installed by `make units`) that the module checks with `nginx -t`
+and reloads: an instance goes out of the rotation and back byte for byte, nginx reloads (same master, new workers, still
+answering), the state survives a full render (the render writes what the rotation wrote), check mode writes nothing, and
+a tree nginx rejects or a failed reload leaves the live file and the state as they were."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
 
 import pytest
 
@@ -38,22 +44,54 @@ def gateway(tmp_path):
     root = _render(tmp_path / "first", gw.gateway_model(plans(), "gw"))
     assert _nginx_t(root).returncode == 0          # also points the pid file into the tree
     state = tmp_path / "state" / "rotation.json"
-    reloads = tmp_path / "reloads.log"
+    conf_file = str(root / "nginx.conf")
+    # the gateway's nginx, on the rendered tree (it listens on 127.0.0.1:18099): the module reloads it as
+    # `systemctl reload nginx` does on a gateway host (SIGHUP to the master)
+    subprocess.run(["nginx", "-c", conf_file], check=True, capture_output=True)
 
     def task(**args):
-        # the reload stands for `systemctl reload nginx` (no nginx runs here): it logs each run
         return {"llmfleet.serving.gateway_rotation": dict(
             conf=str(root / "llmfleet" / "gateway.conf"), state_file=str(state), root=str(root),
-            staging=str(tmp_path / "staging"), reload=["sh", "-c", f"echo reload >> {reloads}"], **args)}
-    return {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf", "reloads": reloads}
+            staging=str(tmp_path / "staging"), reload=["nginx", "-s", "reload", "-c", conf_file], **args)}
+    gateway = {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf", "pid": root / "nginx.pid"}
+    yield gateway
+    stop(gateway)
 
 
-def reloads(gateway):
-    return len(gateway["reloads"].read_text().splitlines()) if gateway["reloads"].exists() else 0
+def stop(gateway):
+    """Stop the test's nginx and wait until it has exited (its pid file gone, its port free for the next test)."""
+    # by its pid, not `nginx -s stop`: that parses the configuration first, which a test may have broken on purpose
+    pid = gateway["pid"].read_text().strip() if gateway["pid"].exists() else ""
+    if pid.isdigit():
+        os.kill(int(pid), signal.SIGTERM)
+    for _attempt in range(100):
+        if not gateway["pid"].exists() or not gateway["pid"].read_text().strip():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"nginx of {gateway['root']} did not stop in 10 s")
+
+
+def processes(gateway):
+    """(the master's pid, its workers' pids) of the test's nginx."""
+    master = int(gateway["pid"].read_text())
+    workers = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True, check=False).stdout.split()
+    return master, sorted(workers)
+
+
+def reloaded(gateway, before):
+    """Whether the master replaced its workers since `before` (a reload), waiting up to 10 s, and still answers."""
+    for _attempt in range(100):
+        master, workers = processes(gateway)
+        if master == before[0] and workers and not set(workers) & set(before[1]):
+            with urllib.request.urlopen("http://127.0.0.1:18099/health", timeout=5) as answer:
+                return answer.status == 200
+        time.sleep(0.1)
+    return False
 
 
 def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp_path):
     before = gateway["conf"].read_text()
+    started = processes(gateway)
     out, again, report = play(tmp_path, [gateway["task"](instance=E2, down=True), gateway["task"](instance=E2, down=True),
                                          gateway["task"]()])
     assert out.get("failed") is not True, out
@@ -63,8 +101,10 @@ def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp
     assert conf.count(" down;") == 1
     assert json.loads(gateway["state"].read_text()) == {"out": [E2]}
     assert not (tmp_path / "staging").exists(), "the private copy (it holds the engines' key) is removed"
-    assert reloads(gateway) == 1
-    assert again["changed"] is False and again["reload"] is False and reloads(gateway) == 1
+    assert reloaded(gateway, started), "nginx reloaded the new configuration (same master, new workers) and answers"
+    after_first = processes(gateway)
+    assert again["changed"] is False and again["reload"] is False
+    assert processes(gateway) == after_first, "an unchanged rotation reloads nothing"
     assert report["changed"] is False and report["out"] == [E2]
     assert [(r["host"], r["down"]) for r in report["routes"]] == [("llmfleet-fleet-engine1", False), ("llmfleet-fleet-engine2", True)]
     # a full render of the gateway (what playbooks/gateway.yml does) reads the state and writes the same bytes
@@ -72,7 +112,7 @@ def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp
     assert (rendered / "llmfleet" / "gateway.conf").read_text() == conf
     back, = play(tmp_path, [gateway["task"](instance=E2, down=False)])
     assert back["changed"] is True and back["out"] == []
-    assert gateway["conf"].read_text() == before and reloads(gateway) == 2
+    assert gateway["conf"].read_text() == before and reloaded(gateway, after_first)
 
 
 def test_check_mode_writes_nothing(gateway, tmp_path):
@@ -119,10 +159,10 @@ def test_a_gateway_without_a_state_file_keeps_what_its_configuration_has_down(ga
 
 
 def test_a_failed_reload_puts_both_files_back(gateway, tmp_path):
+    """nginx stopped on the gateway: the reload fails, and the files go back to what the (stopped) nginx last read."""
     before = gateway["conf"].read_text()
-    task = gateway["task"](instance=E2, down=True)
-    task["llmfleet.serving.gateway_rotation"]["reload"] = ["sh", "-c", "echo 'nginx.service is not active' >&2; exit 1"]
-    result, = play(tmp_path, [task])
-    assert result["failed"] is True and "nginx.service is not active" in result["msg"]
+    stop(gateway)
+    result, = play(tmp_path, [gateway["task"](instance=E2, down=True)])
+    assert result["failed"] is True and "nginx -s reload" in result["msg"]
     assert "files are as they were" in result["msg"]
     assert gateway["conf"].read_text() == before and not gateway["state"].exists()

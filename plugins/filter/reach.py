@@ -41,8 +41,8 @@ def _guard(name, func):
 def fleet_try_scripts(plans, groups, hostvars, folder):
     """[{path, content}]: per gateway host, a shell script with the summary's curl (reach.yml writes them)."""
     def make():
-        models = sorted({row[2] for row in r.instance_rows(dict(plans or {}))})
-        return r.scripts(_gateways(groups, hostvars), models, str(folder))
+        # a chat request: the models that answer one (a pooling model answers only its own endpoints)
+        return r.scripts(_gateways(groups, hostvars), r.chat_models(dict(plans or {})), str(folder))
     return _guard("fleet_try_scripts", make)
 
 

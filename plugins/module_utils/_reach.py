@@ -38,6 +38,17 @@ def instance_rows(plans: Mapping[str, Mapping[str, Any]]) -> List[List[str]]:
     return rows
 
 
+def chat_models(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """The served models a chat request can try: every model none of whose instances is a pooling model (runner pooling
+    answers /v1/embeddings, /score or /classify, never a chat)."""
+    chat, pooling = set(), set()
+    for plan in plans.values():
+        for dep in (plan.get("deployments") or []) if isinstance(plan, Mapping) else []:
+            for inst in dep.get("instances") or []:
+                (pooling if inst.get("runner") == "pooling" else chat).add(str(inst.get("served_model_name") or dep["name"]))
+    return sorted(chat - pooling)
+
+
 def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -97,6 +108,7 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
     scripts() wrote the try-scripts (their `sh` command is offered too)."""
     rows = instance_rows(plans)
     models = sorted({r[2] for r in rows})
+    chat = chat_models(plans)
     out = [f"The fleet: {len(rows)} instance(s) of {len(models)} model(s) on {len({r[0] for r in rows})} host(s)"]
     if rows:
         out += _table(["host", "instance", "model", "port", "vLLM", "dtype", "max-model-len", "max-num-seqs"], rows)
@@ -109,8 +121,11 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
             out.append(f"  key '{gw['key_name']}': in {gw['key_file']} on this controller")
         else:
             out.append(f"  key '{gw['key_name']}': the gateway_api_keys entry of that name (your vault); export it as LLMFLEET_KEY")
-        if models:
-            out.append(f"  try:  {curl(str(gw['url']), models[0], _key_word(gw))}")
+        if models and not chat:
+            out.append(f"  try:  POST {str(gw['url']).rstrip('/')}/embeddings (or the model's /score, /classify) - the fleet "
+                       "serves pooling models only, which answer no chat")
+        if chat:
+            out.append(f"  try:  {curl(str(gw['url']), chat[0], _key_word(gw))}")
             if folder:
                 out.append(f"  or:   sh {shlex.quote(try_file(folder, str(gw['host'])))}")
     for ui in webuis:

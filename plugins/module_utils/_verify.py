@@ -8,6 +8,8 @@ Facts (vLLM entrypoints/openai protocol.py by release, PRs #27752 and #33402; do
 vLLM returns the reasoning text as `reasoning_content` up to 0.11.0,
 as both `reasoning` and `reasoning_content` from 0.11.1 to 0.15.x, and as `reasoning` only from 0.16.0.
 `--enable-auto-tool-choice` is what makes `tool_choice: auto` acceptable (400 without it).
+A pooling model (its plan says runner pooling) answers no chat: it is checked with its own endpoint, the plan's
+health_probe (/v1/embeddings, /score or /classify), and the answer's shape (an embedding of the plan's length).
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import EngineError, parse_version
+from ._pooling import answer_shape
 
-CHECKS = ("listed", "chat", "stream", "tools", "reasoning")
+CHECKS = ("listed", "chat", "stream", "tools", "reasoning", "pooling")
+# what a pooling target carries from its plan (the pooling plan contract); a generative target has none of them
+POOLING_FIELDS = ("runner", "pooling_task", "score", "health_probe", "embedding_dimensions", "num_labels")
 QUESTION = "What time is it in Paris? Answer briefly."
 ANSWER_TOKENS = 48   # the chat check's answer is shown (verify_answers): long enough to read, short on a CPU
 TOOL = {
@@ -72,6 +77,7 @@ def instance_targets(plan: Mapping[str, Any]) -> List[Dict[str, Any]]:
                 "tools": _arg(args, "--enable-auto-tool-choice") is not None,
                 "reasoning_parser": _arg(args, "--reasoning-parser"),
                 "engine_version": str(dep.get("engine_version", "")),
+                **({k: inst.get(k) for k in POOLING_FIELDS} if inst.get("runner") == "pooling" else {}),
             })
     return out
 
@@ -93,8 +99,44 @@ def gateway_targets(plans: Mapping[str, Mapping[str, Any]], gateway_url: str, ga
             "url": gateway_url.rstrip("/"), "model": model, "tools": all(t["tools"] for t in group),
             "reasoning_parser": parsers.pop() if len(parsers) == 1 else None,
             "engine_version": versions[0] if len(versions) == 1 else "",
+            **({k: group[0].get(k) for k in POOLING_FIELDS} if group[0].get("runner") == "pooling" else {}),
         })
     return out
+
+
+def pooling_request(target: Mapping[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """(url, body) of a pooling target's check: the plan's health_probe, on the server's root (the target's url is its /v1
+    base; /score and /classify are outside /v1), sent to the target's model."""
+    probe = target.get("health_probe") or {}
+    if not probe.get("path"):
+        raise VerifyError(f"{target.get('model')}: a pooling target without a health_probe: rerun playbooks/plan.yml with this collection")
+    base = str(target["url"]).rstrip("/")
+    root = base[:-3] if base.endswith("/v1") else base
+    return root + str(probe["path"]), dict(probe.get("body") or {}, model=target["model"])
+
+
+def _judge_pooling(target: Mapping[str, Any], answer: Any) -> Tuple[str, str, Optional[str]]:
+    """(check, answer text, problem) of a pooling target's request."""
+    probe = target.get("health_probe") or {}
+    if not (isinstance(answer, Mapping) and answer.get("status") == 200):
+        return "FAIL", "", f"{probe.get('path')}: {_said(answer)}"
+    body = answer.get("json")
+    if probe.get("expect") == "data":       # /pooling of the --task era: any data[0].data
+        data = (body or {}).get("data") if isinstance(body, Mapping) else None
+        ok = isinstance(data, list) and data and isinstance(data[0], Mapping) and data[0].get("data") is not None
+        return ("ok", "a /pooling answer", None) if ok else ("FAIL", "", f"{probe.get('path')}: the answer has no data[0].data")
+    problem = answer_shape(str(target.get("pooling_task")), body, target.get("embedding_dimensions"), target.get("num_labels"),
+                           bool(target.get("score")) and probe.get("expect") == "score")
+    if problem:
+        return "FAIL", "", f"{probe.get('path')}: {problem}"
+    first = body["data"][0]
+    if probe.get("expect") == "embedding":
+        text = f"{probe.get('path')} gave an embedding of {len(first['embedding'])} numbers"
+    elif probe.get("expect") == "score":
+        text = f"{probe.get('path')} gave the score {first['score']:.4g}"
+    else:
+        text = f"{probe.get('path')} gave {len(first['probs'])} label probabilities"
+    return "ok", text, None
 
 
 def chat_body(model: str, *, stream: bool = False, tools: bool = False, max_tokens: int = 16) -> Dict[str, Any]:
@@ -144,6 +186,8 @@ def judge(target: Mapping[str, Any], answers: Mapping[str, Any]) -> Dict[str, An
         checks[check] = "FAIL"
         problems.append(f"{check}: {why}")
 
+    if target.get("runner") == "pooling":
+        return _judge_pooling_row(target, answers, row)
     models = answers.get("models")
     if isinstance(models, dict) and models.get("status") == 200:
         ids = [m.get("id") for m in models.get("json", {}).get("data") or []]
@@ -187,6 +231,26 @@ def judge(target: Mapping[str, Any], answers: Mapping[str, Any]) -> Dict[str, An
     return row
 
 
+def _listed(target: Mapping[str, Any], models: Any) -> Tuple[str, Optional[str]]:
+    if isinstance(models, dict) and models.get("status") == 200:
+        ids = [m.get("id") for m in models.get("json", {}).get("data") or []]
+        return ("ok", None) if target["model"] in ids else ("FAIL", f"listed: /models has {ids}, not {target['model']}")
+    return "FAIL", f"listed: {_said(models)}"
+
+
+def _judge_pooling_row(target: Mapping[str, Any], answers: Mapping[str, Any], row: Dict[str, Any]) -> Dict[str, Any]:
+    """A pooling target's row: listed, and its pooling request with the answer's shape; the chat checks are n/a."""
+    listed, listed_problem = _listed(target, answers.get("models"))
+    check, text, problem = _judge_pooling(target, answers.get("pooling"))
+    problems = [p for p in (listed_problem, f"pooling: {problem}" if problem else None) if p]
+    row["checks"] = {"listed": listed, "chat": "n/a", "stream": "n/a", "tools": "n/a", "reasoning": "n/a", "pooling": check}
+    row["answer"] = f"(a pooling model: {text})" if text else ""
+    row["expected_reasoning"] = []
+    row["failed"] = bool(problems)
+    row["problem"] = "; ".join(problems)
+    return row
+
+
 def _content(chat: Any) -> str:
     """The chat check's answer text, one line (empty when there is none)."""
     if not isinstance(chat, Mapping) or chat.get("status") != 200:
@@ -208,7 +272,8 @@ def _said(answer: Any) -> str:
 def table(rows: Sequence[Mapping[str, Any]]) -> List[str]:
     """The deployment x instance x check table, one string per line."""
     head = ["deployment", "instance", "host", *CHECKS]
-    body = [[r["deployment"], r["instance"], r["host"], *[r["checks"].get(c, "") for c in CHECKS]] for r in rows]
+    # a check a row does not have (pooling on a generative model) reads n/a
+    body = [[r["deployment"], r["instance"], r["host"], *[r["checks"].get(c, "n/a") for c in CHECKS]] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)] if body else [len(h) for h in head]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*head), fmt.format(*["-" * w for w in widths])] + [fmt.format(*map(str, b)) for b in body]

@@ -222,7 +222,9 @@ def front(listen: Optional[Sequence[str]], port: int) -> Dict[str, Any]:
 def model_settings(plans: Mapping[str, Mapping[str, Any]]) -> List[Dict[str, Any]]:
     """What the web UI sets per served model, from the fleet's plans: native function calling (and Open WebUI's
     built-in tools) only where every instance of the model was planned with a tool parser, "legacy" elsewhere (no
-    `tools` in the request, which vLLM would refuse). Hosts whose plan has errors serve nothing and are skipped."""
+    `tools` in the request, which vLLM would refuse). Hosts whose plan has errors serve nothing and are skipped.
+    Pooling models (runner pooling: embeddings, rerankers, classifiers) answer no chat: they get no row, so the web UI
+    shows them to admins only (utils/models.py get_filtered_models), never in its users' chat model list."""
     seen: Dict[str, Dict[str, Any]] = {}
     for host in sorted(plans):
         plan = plans[host]
@@ -233,6 +235,8 @@ def model_settings(plans: Mapping[str, Mapping[str, Any]]) -> List[Dict[str, Any
         for dep in plan.get("deployments") or []:
             for inst in dep.get("instances") or []:
                 model = str(inst.get("served_model_name") or dep.get("name"))
+                if inst.get("runner") == "pooling":
+                    continue
                 args = [str(a) for a in inst.get("args") or []]
                 parser = args[args.index("--tool-call-parser") + 1] if "--tool-call-parser" in args[:-1] else None
                 tools = bool(parser) and "--enable-auto-tool-choice" in args

@@ -23,7 +23,8 @@ options:
     description:
       - One entry of the bench_items filter - deployment, target, via, host, base_url, model, engine_version, client
         (runtime and python or container, tokenizer), concurrency, num_prompts, input_len, output_len, warmups, seed,
-        timeout.
+        timeout; an embedding model's C(pooling=embed) (the openai-embeddings backend on C(/v1/embeddings)); C(skip), a
+        reason, for a target the sweep does not measure (the step is reported skipped with it).
     type: dict
     required: true
   api_key:
@@ -99,6 +100,9 @@ def main():
     missing = [k for k in ("deployment", "target", "base_url", "model", "client", "concurrency", "num_prompts") if k not in item]
     if missing:
         module.fail_json(msg=f"item lacks {', '.join(missing)}: pass one entry of the bench_items filter")
+    if item.get("skip"):
+        # a target the sweep cannot measure (a reranker or classifier, an embedding model on an engine without the backend)
+        module.exit_json(changed=False, skipped=True, msg=f"{label(item)}: not measured: {item['skip']}")
     if module.check_mode:
         module.exit_json(changed=False, msg=f"check mode: would run vllm bench serve for {label(item)}")
     docker = item["client"]["runtime"] == "docker"

@@ -70,7 +70,8 @@ options:
     description:
       - Fetch only what a plan is made from, so a plan can be made before any weight moves - C(config.json), the safetensors
         index, C(generation_config.json), C(tokenizer_config.json) and the quantization side files (C(quantize_config.json),
-        C(quant_config.json), C(hf_quant_config.json)) that the revision has.
+        C(quant_config.json), C(hf_quant_config.json)) and the sentence-transformers side files (C(modules.json),
+        C(sentence_bert_config.json), C(2_Dense/config.json)) that the revision has.
     type: bool
     default: false
   verify:
@@ -182,6 +183,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._hub_http import listing, mirror_fetch, run_sdk
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import gguf_refusal, only_gguf_weights
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
     HUBS, MANIFEST, StoreError, bytes_under, check, check_space, copy_local, existing_parent, fetch_plan, listed_weight_bytes,
     manifest_document, revision_warning, select, write_manifest,
@@ -228,6 +230,8 @@ def main():
             raise StoreError(f"{p['model_id']}@{p['revision']} at {where} has no config.json (it lists {len(remote)} file(s)): "
                              "nothing to plan from; check the model id (a GGUF-only upload has none), or give the model's "
                              "config.json another way")
+        if p["config_only"] and only_gguf_weights(f.path for f in remote):
+            raise StoreError(gguf_refusal(f"{p['model_id']}@{p['revision']} holds GGUF weights only"))
         if not files:
             raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection: check allow_patterns and ignore_patterns")
         plan = fetch_plan(dest, files, full=p["verify"] == "full")

@@ -13,6 +13,9 @@ description:
     completion, a streamed one (which must end with C([DONE])), and, when the target was launched with tools on, a
     request with C(tools) and C(tool_choice=auto); records which reasoning field (C(reasoning), C(reasoning_content))
     the answers carry.
+  - A pooling model (the target's C(runner) is C(pooling)) is asked C(GET /models) and its own endpoint (the plan's
+    C(health_probe)); the answer must have the plan's shape (an embedding of C(embedding_dimensions) numbers, a score,
+    or C(num_labels) probabilities).
   - Never fails on a bad answer - it returns the row (each check ok, FAIL or n/a, and the first failure's sentence
     with the engine's own error) for verify.yml's table; fails only on malformed input.
 author:
@@ -21,7 +24,8 @@ options:
   target:
     description:
       - One entry of the verify_targets filter - deployment, instance, host, via, url (the C(/v1) base), model, tools,
-        reasoning_parser, engine_version.
+        reasoning_parser, engine_version; a pooling model's also runner, pooling_task, score, health_probe,
+        embedding_dimensions, num_labels (it is asked its own endpoint instead of a chat).
     type: dict
     required: true
   api_key:
@@ -52,7 +56,7 @@ EXAMPLES = r"""
 RETURN = r"""
 row:
   description: >-
-    {deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning}, answer (the chat check's text,
+    {deployment, instance, host, via, model, checks: {listed, chat, stream, tools, reasoning, pooling}, answer (the chat check's text,
     one line), failed, problem}.
   returned: always
   type: dict
@@ -63,7 +67,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
-from ansible_collections.llmfleet.serving.plugins.module_utils._verify import ANSWER_TOKENS, chat_body, judge, read_stream
+from ansible_collections.llmfleet.serving.plugins.module_utils._verify import (
+    ANSWER_TOKENS, VerifyError, chat_body, judge, pooling_request, read_stream,
+)
 
 
 def ask(url, key, timeout, body=None, stream=False):
@@ -91,12 +97,20 @@ def main():
     if missing:
         module.fail_json(msg=f"target lacks {', '.join(missing)}: pass one entry of the verify_targets filter")
     key, timeout, base = module.params["api_key"], module.params["timeout"], str(t["url"]).rstrip("/")
-    requests = {
-        "models": (base + "/models", None, False),
-        "chat": (base + "/chat/completions", chat_body(t["model"], max_tokens=ANSWER_TOKENS), False),
-        "stream": (base + "/chat/completions", chat_body(t["model"], stream=True), True),
-    }
-    if t.get("tools"):
+    if t.get("runner") == "pooling":
+        # a pooling model answers no chat: its own endpoint (the plan's health_probe) and the answer's shape
+        try:
+            url, body = pooling_request(t)
+        except VerifyError as exc:
+            module.fail_json(msg=str(exc))
+        requests = {"models": (base + "/models", None, False), "pooling": (url, body, False)}
+    else:
+        requests = {
+            "models": (base + "/models", None, False),
+            "chat": (base + "/chat/completions", chat_body(t["model"], max_tokens=ANSWER_TOKENS), False),
+            "stream": (base + "/chat/completions", chat_body(t["model"], stream=True), True),
+        }
+    if t.get("tools") and t.get("runner") != "pooling":
         requests["tools"] = (base + "/chat/completions", chat_body(t["model"], tools=True), False)
     # side by side: the engine batches them, so the checks take about as long as the longest answer
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:

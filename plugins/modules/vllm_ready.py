@@ -6,12 +6,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vllm_ready
-short_description: Health gate of one vLLM instance - /health, a real completion with the key, warm-up
+short_description: Health gate of one vLLM instance - /health, a real request with the key, warm-up
 version_added: 0.1.0
 description:
   - Waits until the instance answers C(/health) with 200 B(and) a one-token completion sent with the API key,
     then checks that the same request without the key is refused (401), then sends warm-up requests (the
     first requests after a start compile kernels and capture graphs).
+  - A pooling model (its plan entry says C(runner=pooling)) answers no completions; it is probed with its own
+    endpoint instead, the plan's C(health_probe) (C(/v1/embeddings), C(/score) or C(/classify)), and warmed up with it.
   - Stops waiting as soon as the unit or container is no longer running, or when the startup budget is spent.
     The failure message carries the instance's last log lines and the likely cause read from them.
   - Reports the time from the instance's own start (systemd or Docker start time) to ready. Never changes anything.
@@ -48,7 +50,7 @@ options:
     type: float
     default: 2
   warmup_requests:
-    description: Chat completions sent after the gate passes (C(max_tokens=32) each).
+    description: Chat completions sent after the gate passes (C(max_tokens=32) each); for a pooling model, its probe request.
     type: int
     default: 3
   log_lines:
@@ -56,7 +58,9 @@ options:
     type: int
     default: 40
   instance:
-    description: The instance's plan entry; its memory numbers make the failure diagnosis concrete.
+    description:
+      - The instance's plan entry; its memory numbers make the failure diagnosis concrete.
+      - Its C(runner) and C(health_probe) decide the request of a pooling model.
     type: dict
     default: {}
 attributes:
@@ -126,6 +130,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._openai_http import call, error_text
+from ansible_collections.llmfleet.serving.plugins.module_utils._pooling import PoolingError, gate_passed, gate_request
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import diagnose
 
 
@@ -209,7 +214,11 @@ def main():
     began = _monotonic_now()
     start = started_at(module, runtime, name) or began
     deadline = start + p["timeout"]
-    completion = {"model": p["model"], "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+    try:
+        path, probe, expect = gate_request(p["instance"], p["model"])
+    except PoolingError as exc:
+        module.fail_json(msg=str(exc), ready=False)
+    what = "a one-token completion" if expect == "choices" else f"a {path} request"
     last = "no answer yet"
 
     def fail(why):
@@ -233,25 +242,31 @@ def main():
             fail(f"it is {state}: it stopped while starting")
         status, _body = call(base + "/health", timeout=10)
         if status == 200:
-            status, body = call(base + "/v1/completions", completion, p["api_key"], timeout=120)
-            if status == 200 and isinstance(body, dict) and body.get("choices"):
+            status, body = call(base + path, probe, p["api_key"], timeout=120)
+            if status == 200 and gate_passed(body, expect):
                 break
-            last = f"/health is 200 but a one-token completion with the key answered {status}: {error_text(body)}"
+            last = f"/health is 200 but {what} with the key answered {status}: {error_text(body)}"
         else:
             last = f"/health answered {status}: {error_text(_body, 200)}"
         if _monotonic_now() > deadline:
             fail(f"not ready {p['timeout']} s after its start ({last})")
         time.sleep(p["interval"])
     ready_at = _monotonic_now()
-    status, body = call(base + "/v1/completions", completion, None, timeout=60)
+    # vLLM checks the key only on paths under /v1, /v2, /inference and /cohere (entrypoints/serve/middleware/authenticate.py
+    # GUARDED_PREFIX at 0.32.0): /health, /score, /classify and /pooling answer without it whatever VLLM_API_KEY says. The
+    # key's arrival is proved where vLLM guards: GET /v1/models without it must be refused.
+    status, body = call(base + "/v1/models", None, None, timeout=60)
     if status != 401:
         module.fail_json(msg=f"{name} answers without the API key (HTTP {status}): VLLM_API_KEY did not reach the engine; "
                              "check the unit's environment file or the container's env", ready=False)
     chat = {"model": p["model"], "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}
     for _i in range(p["warmup_requests"]):
-        status, body = call(base + "/v1/chat/completions", chat, p["api_key"], timeout=300)
+        if expect == "choices":
+            status, body = call(base + "/v1/chat/completions", chat, p["api_key"], timeout=300)
+        else:
+            status, body = call(base + path, probe, p["api_key"], timeout=300)
         if status != 200:
-            fail(f"a warm-up chat completion answered {status}: {error_text(body)}")
+            fail(f"a warm-up {'chat completion' if expect == 'choices' else path + ' request'} answered {status}: {error_text(body)}")
     done = _monotonic_now()
     module.exit_json(changed=False, ready=True, startup_s=round(ready_at - start, 1), waited_s=round(ready_at - began, 1),
                      warmup_s=round(done - ready_at, 1), auth_enforced=True,

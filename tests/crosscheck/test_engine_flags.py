@@ -26,6 +26,7 @@ import os
 import pathlib
 import re
 import subprocess
+import tempfile
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 import pytest
@@ -125,6 +126,54 @@ EXTRA = [
                                         "kv_cache_dtype": "fp8", "enforce_eager": True}}),
     ("t4x4", {"name": "turing", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 8192}}),
     ("h200x1", {"name": "yarn", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 131072, "concurrency": 2}}),
+    # the deployment's trust_remote_code setting (--trust-remote-code)
+    ("h200x1", {"name": "remote-code", "model": "Qwen/Qwen3-8B", "trust_remote_code": True, "workload": {"max_model_len": 8192}}),
+]
+
+
+def _fixture_model(name: str) -> dict:
+    fx = json.loads((ROOT / "tests" / "fixtures" / "models" / f"{name}.json").read_text())
+    return {"id": f"org/{name}", "config": fx["config"], **{k: fx[k] for k in ("modules", "sentence_bert_config") if k in fx}}
+
+
+# pooling models: --runner pooling (a cross-encoder, a sentence-transformers decoder), and --convert classify where the
+# inventory converts a causal LM
+EXTRA += [
+    ("h200x1", {"name": "pooling-rerank", "model": _fixture_model("bge-reranker-v2-m3")}),
+    ("h200x1", {"name": "pooling-embed", "model": _fixture_model("qwen3-embedding-0.6b")}),
+    ("h200x1", {"name": "pooling-convert", "model": _fixture_model("qwen3-reranker-0.6b"), "pooling": "classify"}),
+]
+
+
+def _mistral_folder() -> str:
+    """A checkpoint folder in Mistral's own format (params.json, consolidated.safetensors, tekken.json beside config.json):
+    the planner gives it --tokenizer-mode / --config-format / --load-format mistral. Files only, no weights: the flags are
+    what is checked here."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-mistral-format-"))
+    (folder / "config.json").write_text(json.dumps(_fixture_model("mistral-7b-v0.1")["config"]))
+    (folder / "params.json").write_text(json.dumps({"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8}))
+    (folder / "tekken.json").write_text("{}")
+    (folder / "consolidated.safetensors").write_bytes(b"\0" * 8)
+    return str(folder)
+
+
+def _template_file() -> str:
+    """A chat template at an absolute path (overrides.chat_template takes one as given): vLLM's `serve` validation opens a
+    path-like --chat-template, so the file must exist where the parser runs. The text is a minimal Llama 3 JSON-tool
+    template, not vLLM's shipped one (the pip build has no examples folder)."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-template-")) / "tool_chat_template_llama3.1_json.jinja"
+    path.write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+    return str(path)
+
+
+# pipeline stages where no TP fits (phi-4's 10 KV heads on 15 GiB T4s), a tool parser that needs vLLM's shipped template
+# (overrides.chat_template), a Mistral-format folder
+EXTRA += [
+    ("t4x4", {"name": "pipeline", "model": _fixture_model("phi-4")}),
+    ("h200x1", {"name": "tool-template", "model": _fixture_model("llama-3.1-8b-instruct"), "workload": {"max_model_len": 8192, "tools": True},
+                "overrides": {"chat_template": _template_file()}}),
+    ("h200x1", {"name": "mistral-format", "model": {"id": "mistralai/Mistral-7B-v0.1", "path": _mistral_folder()},
+                "workload": {"max_model_len": 8192}}),
 ]
 
 
@@ -193,7 +242,8 @@ def test_every_planned_flag_and_choice_is_the_engines(engine):
                 wrong.append(f"{label}: {flag} {value}: vLLM {engine.version} offers {sorted(engine.flags[flag])}")
     # the plans must exercise every flag the planner can write for this version (its string literals)
     source = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "plugins" / "module_utils" / "_plan").glob("*.py")))
-    can = {f for f in re.findall(r'"(--[a-z0-9-]+)"', source) if has_flag(version, f)}
+    # a flag's literal (a prefix such as "--no-", which the extra_args check reads, is not one)
+    can = {f for f in re.findall(r'"(--[a-z0-9-]*[a-z0-9])"', source) if has_flag(version, f)}
     missing = sorted(can - set(seen))
     print(f"vLLM {engine.version}: {len(plans)} planned instances, flags {sorted(seen)}")
     assert not missing, f"no plan made here emits {missing} for {engine.version}: add a deployment to EXTRA that does"

@@ -8,41 +8,45 @@ layers: the attention block grown to hold a state page, the state layers in grou
 size), and the tiny Qwen3 again with an FP8 KV cache (overrides.kv_cache_dtype) - planned for this machine by the
 planner, and started with exactly the plan's args and env. vLLM's own log of its
 KV cache ("KV cache size: N tokens", "Maximum concurrency for L tokens per request: Cx") must
-agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %. The server must
-then answer a real chat completion. Needs LLMFLEET_VLLM_CPU_VENV (the Makefile's `crosscheck`
-target makes it with tests/lab/vllm_cpu_venv.sh).
+agree with the plan's kv_cache_tokens and max_concurrency_at_max_len within 5 %, and its engine must run the plan's
+dtype. Gemma 3's text model is a type vLLM refuses in float16: it is planned with this CPU's features (bfloat16 with AMX
+or AVX-512 BF16, else float32) and must be served in that dtype. The server must then answer a real chat completion.
+Needs LLMFLEET_VLLM_CPU_VENV (the Makefile's `crosscheck` target makes it with tests/lab/vllm_cpu_venv.sh).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
-import os
 import pathlib
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._hardware import parse_cpu_flags
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import FLOAT16_REFUSED, float16_refusal
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_directory
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import this_machine, wait_healthy
+from llmfleet_testing import (free_port, log_tail, make_tiny_model, start_vllm, stop_process_group, this_machine, this_machine_with_cpu_flags,
+                              vllm_cpu_venv, wait_healthy)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV = pathlib.Path(os.environ.get("LLMFLEET_VLLM_CPU_VENV", ROOT / ".cache" / "vllm-cpu-venv"))
 STARTUP_BUDGET_S = 300
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@functools.lru_cache(maxsize=None)
+def float16_refused() -> frozenset:
+    """The model types the vLLM under test refuses in float16: the keys of `_FLOAT16_NOT_SUPPORTED_MODELS` in its
+    vllm/config/model.py, read from the source (importing vLLM takes tens of seconds). A case of such a type is planned with
+    this CPU's features, as accelerator_facts reads them, and must run in the dtype the plan gives, which is not float16."""
+    [source] = pathlib.Path(vllm_cpu_venv()).glob("lib/python3*/site-packages/vllm/config/model.py")
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_FLOAT16_NOT_SUPPORTED_MODELS"]:
+            return frozenset(ast.literal_eval(node.value))
+    raise AssertionError(f"{source} defines no _FLOAT16_NOT_SUPPORTED_MODELS: find where this vLLM keeps it")
 
 
 # (architecture, what the profile must read, max_model_len, tools): the tiny Mistral's tokenizer is the lab's own, with
@@ -68,12 +72,8 @@ OVERRIDES = {"qwen3-fp8kv": {"kv_cache_dtype": "fp8"}}
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
 def tiny_model(request, tmp_path_factory):
-    python = VENV / "bin" / "python"
-    assert python.exists(), f"{python} is missing: run `make crosscheck` (it builds the vLLM CPU venv first)"
     out = tmp_path_factory.mktemp(f"tiny-{request.param}")
-    subprocess.run([str(python), str(ROOT / "tests" / "lab" / "make_tiny_model.py"), str(out), "--arch", BASE.get(request.param, request.param)],
-                   check=True, timeout=600)
-    return request.param, out
+    return request.param, make_tiny_model(str(out), BASE.get(request.param, request.param))
 
 
 def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
@@ -85,32 +85,37 @@ def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
     deployment = {"name": "tiny", "model": {"id": f"llmfleet/tiny-{arch}", "path": str(tiny_model)},
                   "workload": {"max_model_len": max_len, "concurrency": 4, "thinking": False, "tools": tools},
                   "engine": {"version": "0.32.0"}, "port": port, "overrides": {"cpu_kvcache_space_gib": 1, **OVERRIDES.get(arch, {})}}
-    hardware = this_machine()
-    if "kv_cache_dtype" in OVERRIDES.get(arch, {}):
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            hardware["cpu_flags"] = parse_cpu_flags(handle.read()) or []
-        if not {"avx512f", "amx_tile"} & set(hardware["cpu_flags"]):
-            pytest.skip("this CPU has neither AVX-512 nor AMX, which the CPU build's FP8 KV cache needs (the planner refuses it)")
+    refused_f16 = profile.model_type in float16_refused()
+    assert refused_f16 == (arch == "gemma3"), f"{profile.model_type}: vLLM's float16 list is {sorted(float16_refused())}"
+    # the planner's table (_engine.FLOAT16_REFUSED) names exactly the types this vLLM refuses, for its version
+    assert {t for t in FLOAT16_REFUSED if float16_refusal(t, (0, 32, 0))} == set(float16_refused()), sorted(float16_refused())
+    hardware = this_machine_with_cpu_flags() if "kv_cache_dtype" in OVERRIDES.get(arch, {}) or refused_f16 else this_machine()
+    if "kv_cache_dtype" in OVERRIDES.get(arch, {}) and not {"avx512f", "amx_tile"} & set(hardware["cpu_flags"]):
+        pytest.skip("this CPU has neither AVX-512 nor AMX, which the CPU build's FP8 KV cache needs (the planner refuses it)")
     plan = plan_host("localhost", hardware, [deployment])
     assert plan["errors"] == []
     [inst] = plan["deployments"][0]["instances"]
     assert inst["args"][0] == str(tiny_model) and inst["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert inst["args"][inst["args"].index("--dtype") + 1] == inst["dtype"]
+    if refused_f16:
+        # bfloat16 where the CPU computes it (AMX, AVX-512 BF16), else float32; never float16, which vLLM refuses for the type
+        assert inst["dtype"] in ("bfloat16", "float32"), f"{profile.model_type} planned in {inst['dtype']}"
     kv_dtype = OVERRIDES.get(arch, {}).get("kv_cache_dtype", "auto")
     assert inst["kv_cache_dtype"] == kv_dtype and (kv_dtype == "auto") == ("--kv-cache-dtype" not in inst["args"])
     assert ("--hf-overrides" in inst["args"]) == arch.endswith("-yarn") and inst["max_model_len"] == max_len
 
     log_path = tmp_path / "vllm.log"
-    env = dict(os.environ, **inst["env"], HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")
     started = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        server = subprocess.Popen([str(VENV / "bin" / "vllm"), "serve", *inst["args"]], stdout=log, stderr=subprocess.STDOUT,
-                                  env=env, start_new_session=True)
+    server = start_vllm(inst, str(log_path))
     try:
         ready = wait_healthy(server, port, STARTUP_BUDGET_S, started)
         log_text = log_path.read_text()
         assert ready is not None, f"vLLM did not become healthy within {STARTUP_BUDGET_S}s (exit {server.poll()}); log tail:\n" \
-            + "\n".join(log_text.splitlines()[-30:])
+            + log_tail(str(log_path))
         print(f"\n{arch}: vLLM CPU ready in {ready:.1f} s")
+        # the dtype vLLM's engine runs (its config line) is the plan's
+        engine_dtype = re.search(r"Initializing a V1 LLM engine .*? dtype=torch\.(\w+),", log_text)
+        assert engine_dtype and engine_dtype.group(1) == inst["dtype"], engine_dtype and engine_dtype.group(0)[-200:]
 
         tokens = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
         concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
@@ -133,12 +138,7 @@ def test_planner_kv_capacity_matches_vllm_cpu(tiny_model, tmp_path):
             body = json.loads(answer.read())
         assert body["model"] == "tiny" and body["usage"]["completion_tokens"] >= 1
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_process_group(server)
 
 
 if __name__ == "__main__":

@@ -267,6 +267,30 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, sav
     return results
 
 
+def probe_once(port: int, probe: dict) -> dict:
+    """One request a run names (`probe`: path and JSON body) sent to the ready server: its status and the answer's shape
+    (an embedding's length, a completion's text), so a memory-only run still shows the server answers its own API."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{probe['path']}", data=json.dumps(probe["body"]).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            status, body = resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return {"path": probe["path"], "status": exc.code, "error": exc.read().decode(errors="replace")[:500]}
+    except (OSError, ValueError) as exc:
+        return {"path": probe["path"], "status": 0, "error": str(exc)[:500]}
+    data = body.get("data") or body.get("choices") or []
+    first = data[0] if data else {}
+    shape = {"items": len(data)}
+    if isinstance(first.get("embedding"), list):
+        shape["embedding_length"] = len(first["embedding"])
+    if "score" in first:
+        shape["score"] = first["score"]
+    if "text" in first or "message" in first:
+        shape["text"] = str(first.get("text") or first.get("message", {}).get("content"))[:80]
+    return {"path": probe["path"], "status": status, **shape}
+
+
 def write_results(path: str, results: list) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(results, handle, indent=1)
@@ -611,7 +635,10 @@ def main() -> int:
 
         save = functools.partial(write_results, results_path, results)
         save()
-        if ready > 0 and not args.no_bench:
+        if ready > 0 and run.get("probe"):
+            entry["probe"] = probe_once(run["port"], run["probe"])
+            save()
+        if ready > 0 and not args.no_bench and not run.get("memory_only"):
             entry["warmup_s"] = warm_up(run, model_dir, env, args.out)
             entry["bench"] = []
             bench(run, model_dir, env, args.out, entry["bench"], save)
@@ -633,7 +660,7 @@ def main() -> int:
         # (LoggingStatLogger.log: _update_stats -> _reset), so there it reads 0 whatever happened (session 14: 0 logged, 26 counted)
         entry["preemptions_logged"] = sum(int(n) for n in re.findall(r"Preemptions: (\d+)", text[len(startup):]))
         save()
-        print(json.dumps({k: entry.get(k) for k in ("label", "ready_s", "engine_log")}), flush=True)
+        print(json.dumps({k: entry.get(k) for k in ("label", "ready_s", "engine_log", "probe")}), flush=True)
         for b in entry.get("bench", []):
             print("   ", json.dumps(b), flush=True)
     return 0

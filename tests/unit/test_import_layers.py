@@ -24,7 +24,8 @@ PLANNER = {"_planner"} | {f"_plan.{p.stem}" for p in (MODULE_UTILS / "_plan").gl
 # compose.py runs them, the contract, then the modules that consume plans.
 LAYERS: Dict[str, Set[str]] = {
     # facts and tables: below everything
-    "_fleet_vars": set(), "_engine": set(), "_models": set(), "_hardware": set(), "_host_needs": {"_fleet_vars"},
+    "_fleet_vars": set(), "_engine": set(), "_hf_config": set(), "_hf_names": set(), "_vllm_archs": set(), "_pooling": {"_engine"},
+    "_models": {"_hf_config", "_hf_names", "_pooling"}, "_hardware": set(), "_host_needs": {"_fleet_vars"},
     "_nvidia_driver": set(),
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
@@ -35,9 +36,11 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.base": {"_fleet_vars"},
     "_plan.memory": {"_engine", "_models", "_plan.base"},
     "_plan.stages": {"_engine", "_plan.base", "_plan.memory"},
-    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.stages"},
-    "_plan.model": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.stages"},
-    "_plan.topology": {"_hardware", "_plan.base", "_plan.stages"},
+    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.stages", "_pooling"},
+    "_plan.pooling": {"_engine", "_models", "_plan.base", "_plan.stages", "_pooling"},
+    "_plan.model": {"_engine", "_hf_names", "_host_needs", "_models", "_plan.base", "_plan.stages", "_vllm_archs"},
+    # topology reads the model's heads (sharding.valid_tp) to lay TP ranks over a CPU host's NUMA nodes (issue 34)
+    "_plan.topology": {"_hardware", "_models", "_plan.base", "_plan.sharding", "_plan.stages"},
     "_plan.engine": {"_engine", "_nvidia_driver", "_plan.base", "_plan.stages"},
     "_plan.sharding": {"_engine", "_models", "_plan.stages"},
     "_plan.precision": {"_engine", "_models", "_plan.base", "_plan.stages"},
@@ -50,8 +53,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.features": {"_engine", "_models", "_plan.base", "_plan.memory", "_plan.stages"},
     "_plan.instances": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.engine", "_plan.stages", "_plan.topology"},
     "_plan.compose": {"_engine", "_plan.base", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
-                      "_plan.layout", "_plan.model", "_plan.precision", "_plan.sizer", "_plan.sizing", "_plan.stages",
-                      "_plan.topology"},
+                      "_plan.layout", "_plan.model", "_plan.pooling", "_plan.precision", "_plan.sizer", "_plan.sizing",
+                      "_plan.stages", "_plan.topology"},
     # the contract: re-exports the stages' names
     "_planner": {"_plan.base", "_plan.compose", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
                  "_plan.layout", "_plan.memory", "_plan.model", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.sizing",
@@ -59,8 +62,8 @@ LAYERS: Dict[str, Set[str]] = {
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
-    "_fleet_plans": set(), "_serving": {"_engine", "_fleet_vars", "_host_needs", "_units"}, "_gateway": {"_fleet_plans"},
-    "_verify": {"_engine"}, "_reach": {"_verify"}, "_bench": set(), "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
+    "_fleet_plans": set(), "_serving": {"_engine", "_fleet_vars", "_host_needs", "_units"}, "_gateway": {"_fleet_plans", "_pooling"},
+    "_verify": {"_engine", "_pooling"}, "_reach": {"_verify"}, "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 from .._fleet_vars import FLEET_VARS
 
@@ -32,9 +32,11 @@ class PlanError(Exception):
 class Refusal(Exception):
     """An impossible request (not malformed input): its messages become the plan's errors."""
 
-    def __init__(self, *messages: str) -> None:
+    def __init__(self, *messages: str, data: Optional[Dict[str, Any]] = None) -> None:
         super().__init__("; ".join(messages))
         self.messages = list(messages)
+        # the refusal in numbers, for tools (the plan's deployment "refusal"): e.g. the hosts a multi-host layout would need
+        self.data = data
 
 
 @dataclass

@@ -13,14 +13,17 @@ from .engine import engine_build
 from .features import choose_features
 from .hints import variant_fits
 from .inputs import check_deployments, check_host, read_request
-from .instances import cpu_instance, gpu_instances
+from .instances import cpu_instances, gpu_instances
 from .layout import choose_layout
-from .model import check_engine_runs, choose_model, extend_context, profile_summary, serving_source
+from .model import (
+    check_architecture, check_engine_runs, check_remote_code, choose_model, extend_context, profile_summary, serving_source,
+)
+from .pooling import choose_runner, plan_fields
 from .precision import choose_precision
 from .sizer import Sizer, forced_seqs, gpu_budget
-from .sizing import CPU_DEFAULT_MAX_BATCHED, size_cpu, size_instances
+from .sizing import CPU_DEFAULT_MAX_BATCHED, CPU_HOST_RESERVE_GIB, cpu_weights, size_cpu, size_instances
 from .stages import HostOptions, Planned
-from .topology import place
+from .topology import cpu_layout, place
 
 
 def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ports: AbstractSet[int],
@@ -38,24 +41,36 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         serving = serving_source(d, req, m, opts, ctx)
         out["model_source"], out["model_profile"] = serving.source, profile_summary(m)
         check_engine_runs(m, req)
+        check_remote_code(m, req, ctx)
+        check_architecture(m, req, ctx)
+        m, pooling, runner = choose_runner(d, req, m, ctx)
         m, hf_overrides = extend_context(d, req, m, ctx)
         p = place(d, req, hw, host, taken, ctx)
         build, build_problems = engine_build(d, req, p, hw, ctx)
         precision, precision_problems = choose_precision(m, req, p, ctx, variant_fits(m, req, p))
         if build_problems or precision_problems:
             raise Refusal(*build_problems, *precision_problems)
+        fields = plan_fields(pooling, req) if pooling else None
+        encoder_only = bool(pooling and pooling.encoder_only)
         if p.vendor == "cpu":
-            cpu = size_cpu(m, req, hw, host, precision.dtype, ctx)
-            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, cpu.kv_dtype, hf_overrides, ctx)
-            out["instances"] = [cpu_instance(d, req, m, build, precision, cpu, feats, serving, hw, opts, ports, ctx)]
+            cpu_lay = cpu_layout(m, req, hw, host, cpu_weights(m, precision.dtype), CPU_HOST_RESERVE_GIB, ctx)
+            cpu = size_cpu(m, req, hw, host, precision.dtype, ctx, cpu_lay)
+            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED * cpu_lay.tp, cpu.kv_dtype, hf_overrides, ctx,
+                                    runner, pooling is not None)
+            out["instances"] = cpu_instances(d, req, m, build, precision, cpu, cpu_lay, feats, serving, hw, opts, ports, ctx, fields,
+                                             encoder_only)
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
             sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, forced_seqs(req), p.cc, build.image_cuda)
             layout = choose_layout(m, req, p, hw, sizer, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
-            feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx)
-            out["instances"] = gpu_instances(d, req, m, p, build, precision, budget, layout, sizing, feats, serving, hw, opts, ports, ctx)
+            feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx, runner,
+                                    pooling is not None)
+            out["instances"] = gpu_instances(d, req, m, p, build, precision, budget, layout, sizing, feats, serving, hw, opts, ports, ctx,
+                                             fields, encoder_only)
     except Refusal as exc:
+        if exc.data:
+            out["refusal"] = exc.data
         return Planned(out, exc.messages, ctx.warnings, [], [])
     return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]], [i["port"] for i in out["instances"]])
 

@@ -10,7 +10,8 @@ import math
 from typing import Any, Dict, List, Mapping, Tuple
 
 from .._engine import (
-    DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, MEMORY_MODEL_ASSUMES, NO_OFFICIAL_SM70_SINCE, Version, has_flag, nvidia_image, vstr,
+    DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, MEMORY_MODEL_ASSUMES, NO_OFFICIAL_SM70_SINCE, Version, has_flag, nvidia_image, rocm_image_refusal,
+    vstr,
 )
 from .._nvidia_driver import driver_verdict
 from .base import Ctx, PlanError
@@ -35,6 +36,10 @@ def engine_build(d: Mapping[str, Any], req: Request, p: Placement, hw: Mapping[s
                 ctx.why(f"image_sm{cc}=the inventory's", f"no official vLLM {vstr(version)} build has sm{cc} kernels "
                         "(vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS at v0.20.0): "
                         f"the image named by the inventory is trusted to be built for sm{cc} (CUDA <= 12.6); the planner cannot check it")
+        if vendor == "amd":
+            refusal = rocm_image_refusal(str(image), p.arch)
+            if refusal:
+                problems.append(f"{name}: {refusal}")
     elif vendor == "nvidia":
         image, image_cuda, refusal = nvidia_image(version, cc)
         if refusal:
@@ -120,9 +125,16 @@ def launch_args(launch: Launch) -> List[str]:
     (extra_args follow them), each where a stage decided it."""
     version = launch.version
     args = [launch.model_dir, "--served-model-name", launch.served_name, "--host", launch.host, "--port", str(launch.port)]
+    if launch.mistral_format:
+        args += ["--tokenizer-mode", "mistral", "--config-format", "mistral", "--load-format", "mistral"]
     if launch.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(launch.tensor_parallel_size)]
+    if launch.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(launch.pipeline_parallel_size)]
+    if launch.trust_remote_code:
+        args += ["--trust-remote-code"]
     args += ["--dtype", launch.dtype]
+    args += list(launch.runner_args)
     quant = launch.quantization
     if quant in ("gptq", "awq") or (quant and launch.vendor in ("hygon", "amd")):
         args += ["--quantization", quant]
@@ -149,6 +161,8 @@ def launch_args(launch: Launch) -> List[str]:
         args += ["--reasoning-parser", launch.reasoning_parser]
     if launch.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", launch.tool_call_parser]
+    if launch.chat_template:
+        args += ["--chat-template", launch.chat_template]
     if launch.thinking_kwargs:
         args += ["--default-chat-template-kwargs", launch.thinking_kwargs]
     if launch.expert_parallel:

@@ -9,7 +9,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 from .._engine import (
     ATTENTION_SINK_MODEL_TYPES, FLAG_SINCE, MOE_WNA16_AFFECTED, PARSERS, QWEN3_PARSER_THINKING_ONLY_SINCE,
-    SELECTOR_HANDLES_FP8_KV_SINCE, Version, backend_name, has_flag, vstr,
+    SELECTOR_HANDLES_FP8_KV_SINCE, TOOL_TEMPLATES, Version, backend_name, has_flag, reasoning_parser_name, tool_parser_name, vstr,
 )
 from .._models import ModelProfile
 from .base import Ctx
@@ -69,8 +69,33 @@ def _attention(m: ModelProfile, vendor: str, cc: int, version: Version, kv_dtype
     return backend, encoder
 
 
+def _tool_template(family: str, tools: Optional[str], o: Mapping[str, Any], ctx: Ctx, warnings: Optional[List[str]],
+                   name: str) -> Tuple[Optional[str], Optional[str]]:
+    """(tool parser, --chat-template) for a family whose tool parser needs one of vLLM's shipped chat templates
+    (_engine.TOOL_TEMPLATES): the parser only with overrides.chat_template, since neither the pip / CPU builds nor a named
+    image are known to carry vLLM's examples/ folder; without it the plan serves no tool calls and says how to get them."""
+    needed = TOOL_TEMPLATES.get(family)
+    given = o.get("chat_template")
+    if given:
+        ctx.why(f"chat_template={given}", "overrides.chat_template" + (f": {family}'s {tools} tool calls need a template that "
+                f"prompts for them (vllm-project/vllm:docs/features/tool_calling.md: {needed})" if needed and tools else ""))
+        return tools, str(given)
+    if not needed or not tools or "tool_call_parser" in o:
+        return tools, None
+    ctx.why("tool_call_parser=none", f"{family}'s {tools} parser expects the tool-call format of vLLM's {needed} "
+            "(vllm-project/vllm:docs/features/tool_calling.md: --tool-call-parser with --chat-template), which its own chat "
+            "template does not prompt for; the CPU (pip) build has no examples/ folder and an image's layout is no contract, so "
+            "the plan does not emit the parser without overrides.chat_template")
+    if warnings is not None:
+        warnings.append(f"{name}: no tool calls: the {tools} parser needs vLLM's {needed}; copy that file (from vLLM's source at the "
+                        "engine's version) into the model folder and set overrides.chat_template to its file name (or to a path "
+                        "the engine reads), or set workload.tools: false to silence this")
+    return None, None
+
+
 def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, o: Mapping[str, Any],
-             warnings: Optional[List[str]] = None, name: str = "") -> Tuple[Optional[str], Optional[str]]:
+             warnings: Optional[List[str]] = None, name: str = "") -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """(reasoning parser, tool-call parser, --chat-template)."""
     family = "qwen3_coder" if "coder" in m.id.lower() else m.family
     known = family in PARSERS
     reasoning, tools = PARSERS.get(family, (None, None))
@@ -87,18 +112,30 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
     if reasoning is None and m.thinking == "always" and m.template_thinking == "always":
         reasoning, why_r = "deepseek_r1", (f"{m.id}'s chat template opens <think> in the prompt, so the answer follows the first "
                                            "</think>: deepseek_r1 splits there (a missing opening tag is what it expects)")
+    if reasoning and reasoning_parser_name(reasoning, version) != reasoning:
+        reasoning = reasoning_parser_name(reasoning, version)
+        why_r += f"; vLLM {vstr(version)} registers it as {reasoning} (reasoning parsers of 0.10.0; _engine.REASONING_PARSER_NAMES)"
     reasoning = o.get("reasoning_parser", reasoning)
     wants_tools = bool(w.get("tools", True))
     tools = o.get("tool_call_parser", tools) if wants_tools else None
+    renamed = tool_parser_name(tools, version) if tools and "tool_call_parser" not in o else tools
+    tools_why = (f"; vLLM {vstr(version)} registers it as {renamed} (tool_parsers of 0.10.0; _engine.TOOL_PARSER_NAMES)"
+                 if renamed != tools else "")
+    tools = renamed
+    tools, template = _tool_template(family, tools, o, ctx, warnings, name) if wants_tools else (None, o.get("chat_template"))
+    if template and not wants_tools:
+        ctx.why(f"chat_template={template}", "overrides.chat_template")
     if "reasoning_parser" in o:
         why_r = "forced by overrides"
     if reasoning:
         ctx.why(f"reasoning_parser={reasoning}", why_r)
     if tools:
         formats = {"qwen3_coder": "XML <tool_call><function=...>", "hermes": "hermes JSON"}
-        ctx.why(f"tool_call_parser={tools}", "forced by overrides" if "tool_call_parser" in o else
-                f"{family} emits {formats[tools]} tool calls" if tools in formats else
-                f"{family}'s own tool-call format (vLLM tool_parsers/__init__.py)")
+        ctx.why(f"tool_call_parser={tools}", ("forced by overrides" if "tool_call_parser" in o else
+                                              f"{family} emits {formats[tools]} tool calls" if tools in formats else
+                                              f"{family}'s own tool-call format (vLLM tool_parsers/__init__.py)") + tools_why)
+    elif wants_tools and family in TOOL_TEMPLATES and PARSERS.get(family, (None, None))[1]:
+        pass                                # _tool_template said why and what to set
     elif wants_tools and known:
         ctx.why("tool_call_parser=none", f"{family} has no tool-call format of its own (vLLM tool_parsers/__init__.py)")
         if warnings is not None:
@@ -125,7 +162,7 @@ def _parsers(m: ModelProfile, w: Mapping[str, Any], version: Version, ctx: Ctx, 
                         "for; assumed: " + "; ".join(missing + [
                             "attention read from config.json: " + _attention_summary(m),
                             f"{'MoE with ' + str(m.num_experts) + ' experts' if m.is_moe else 'a dense model'} read from config.json"]))
-    return reasoning, tools
+    return reasoning, tools, template
 
 
 def _attention_summary(m: ModelProfile) -> str:
@@ -163,7 +200,7 @@ def _patches(m: ModelProfile, vendor: str, cc: int, quant: Optional[str], versio
 
 
 def choose_features(m: ModelProfile, req: Request, p: Placement, precision: Precision, seqs: int, max_batched: int, kv_dtype: str,
-                    hf_overrides: Optional[str], ctx: Ctx) -> Features:
+                    hf_overrides: Optional[str], ctx: Ctx, runner_args: Tuple[str, ...] = (), pooling: bool = False) -> Features:
     """Stage 9: attention backends, parsers, the chat template's thinking default, CUDA-graph sizes, patches."""
     name, version, w = req.name, req.version, req.workload
     capture, capture_flag = cudagraph_capture_size(m, p.vendor, version, seqs, max_batched, precision.eager) if p.accs else (None, False)
@@ -174,12 +211,20 @@ def choose_features(m: ModelProfile, req: Request, p: Placement, precision: Prec
                 "prompts: first token after 88 ms instead of 32 ms; the larger graphs cost about 0.25 GiB)")
     backend, encoder = (_attention(m, p.vendor, p.cc, version, kv_dtype, ctx, req.overrides.get("attention_backend"), ctx.warnings, name)
                         if p.accs else (None, None))
-    reasoning, tools = _parsers(m, w, version, ctx, req.overrides, ctx.warnings, name)
-    thinking_kwargs = _thinking(m, w, version, ctx, ctx.warnings, name)
+    # a pooling model generates no text: no parsers, no chat-template thinking default (pooling.choose_runner)
+    reasoning, tools, template = (_parsers(m, w, version, ctx, req.overrides, ctx.warnings, name) if not pooling
+                                  else (None, None, None))
+    if m.mistral_format:
+        ctx.why("tokenizer_mode=mistral, config_format=mistral, load_format=mistral", f"{m.id} is in Mistral's own format "
+                "(params.json beside consolidated*.safetensors): vLLM's docs give these three flags for it (vllm-project/"
+                "vllm:docs/features/tool_calling.md, \"Mistral Models\"); its own tokenizer (mistral_common) is what the mistral tool parser needs, "
+                "and only the consolidated weights are loaded (model_loader/default_loader.py)")
+    thinking_kwargs = _thinking(m, w, version, ctx, ctx.warnings, name) if not pooling else None
     patches = _patches(m, p.vendor, p.cc, precision.quant, version, ctx) if p.accs else []
     if p.accs and version >= (0, 16, 0) and reasoning:
         ctx.warn(f"{name}: vLLM {vstr(version)} returns the reasoning text in `reasoning` only (no `reasoning_content`); "
                  "clients that read reasoning_content (Dify in report 000) must be updated")
     if p.accs and m.vision and not w.get("vision", True) and has_flag(version, "--language-model-only"):
         ctx.why("language_model_only=true", "workload.vision is false: skip the vision tower and its profiling memory")
-    return Features(backend, encoder, reasoning, tools, thinking_kwargs, patches, capture if capture_flag else None, hf_overrides)
+    return Features(backend, encoder, reasoning, tools, thinking_kwargs, patches, capture if capture_flag else None, hf_overrides,
+                    template, tuple(runner_args))

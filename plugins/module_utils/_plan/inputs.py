@@ -7,14 +7,23 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .._engine import FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, EngineError, has_flag, image_pinned, parse_version, vstr
+from .._engine import (
+    FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, UNPLANNED_LAYOUT_FLAGS, EngineError, has_flag, image_pinned, parse_version,
+    vstr,
+)
 from .._hardware import HardwareError, validate_hardware
 from .._host_needs import SHUTDOWN_FLAG, NeedsError, edge_address
+from .._pooling import PoolingError, check_inventory_value
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
 from .stages import HostOptions, Request
 
 
-DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env"}
+DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env",
+                   "trust_remote_code", "pooling"}
+# the one way to let a deployment run its model's own code: never through extra_args
+TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"
+# the flags that say a model is a pooling model (_pooling.runner_args): the deployment's `pooling` key decides them
+POOLING_FLAGS = ("--runner", "--convert", "--task")
 # flags the planner writes itself (launch_args), and the overrides key that sets each, where there is one: an
 # extra_args entry may not set them twice
 PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port": "port", "--tensor-parallel-size": "tensor_parallel_size",
@@ -24,7 +33,11 @@ PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port":
                  "--max-cudagraph-capture-size": None, "--attention-backend": "attention_backend", "--mm-encoder-attn-backend": None,
                  "--language-model-only": None, "--enable-reasoning": None, "--reasoning-parser": "reasoning_parser",
                  "--enable-auto-tool-choice": None, "--tool-call-parser": "tool_call_parser",
-                 "--default-chat-template-kwargs": None, "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
+                 "--default-chat-template-kwargs": None, "--chat-template": "chat_template",
+                 "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
+                 "--pipeline-parallel-size": None,
+                 # a Mistral-format checkpoint's three flags (features: the model's own files decide them)
+                 "--tokenizer-mode": None, "--config-format": None, "--load-format": None,
                  # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
                  SHUTDOWN_FLAG: None}
 # environment the planner or the roles set: an extra_env entry may not replace them
@@ -38,7 +51,7 @@ WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "v
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
                  "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel",
-                 "drain_timeout_s"}
+                 "drain_timeout_s", "chat_template"}
 # What each key above means (docs/inventory.md is generated from it; tests/unit/test_docs.py holds it complete):
 # a DEPLOYMENT_KEYS key by its name, the others as workload.<key>, engine.<key>, overrides.<key>, options.<key>
 DEPLOYMENT_DOC: Dict[str, str] = {
@@ -54,6 +67,12 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "port": f"The first instance's port (1024-65535); default: the host's next free port from llmfleet_vllm_base_port ({DEFAULT_BASE_PORT}).",
     "extra_args": "Flags appended after the planned ones, e.g. [--enable-prefix-caching]; a flag the planner writes is refused "
                   "(naming the overrides key), one this engine version lacks too.",
+    "trust_remote_code": "false (default) or true: lets vLLM run the Python code the model's repository ships (its config.json or "
+                         "tokenizer_config.json auto_map), with --trust-remote-code. A model that needs it is refused until it is "
+                         "true; never given through extra_args.",
+    "pooling": "embed or classify: serve the model as that pooling task (embeddings; classifier or reranker) where its config "
+               "and side files do not say it (e.g. a *ForCausalLM checkpoint used as an embedder without modules.json); false: serve "
+               "it as a generative model although they do. Default: decided as vLLM decides (modules.json, the architecture).",
     "extra_env": "Environment added to every instance, e.g. {VLLM_LOGGING_LEVEL: DEBUG}; the variables the plan or the roles "
                  "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced.",
     "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context. "
@@ -70,8 +89,10 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                       "table plans with a warning.",
     "engine.image": "Your own image instead of the planner's (a tag or digest, never latest); needed on AMD and for V100 from 0.20.",
     "engine.cuda": "The CUDA level engine.image is built with (\"12.9\"), for the driver check.",
-    "overrides.tensor_parallel_size": "GPUs per instance; must divide the model's heads and the GPUs assigned.",
-    "overrides.instances": "How many instances (default: GPUs / TP).",
+    "overrides.tensor_parallel_size": "GPUs per instance; must divide the model's heads and the GPUs assigned. On a CPU host: "
+                                      "NUMA nodes per instance, one rank each (default: as many as the heads allow that tile the nodes).",
+    "overrides.instances": "How many instances (default: GPUs / TP; on a CPU host NUMA nodes / TP, e.g. instances: 2 with "
+                           "tensor_parallel_size: 1 for one replica per node of a two-socket host).",
     "overrides.dtype": "--dtype instead of the architecture's (float16 below sm80 and on DCUs, the checkpoint's elsewhere; on CPUs "
                        "bfloat16 with AMX or AVX-512 BF16, else float32).",
     "overrides.quantization": "--quantization instead of the checkpoint's own.",
@@ -89,6 +110,9 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.max_num_batched_tokens": "--max-num-batched-tokens (default: vLLM's for the card); the activation memory follows it.",
     "overrides.reasoning_parser": "Reasoning parser instead of the family's (_engine.PARSERS).",
     "overrides.tool_call_parser": "Tool-call parser instead of the family's (_engine.PARSERS).",
+    "overrides.chat_template": "--chat-template: a Jinja file name in the model folder, or an absolute path the engine reads (inside "
+                               "the container under docker). Families whose tool parser needs one of vLLM's shipped templates "
+                               "(Llama 3.x llama3_json, Llama 4, DeepSeek-V3 / R1-0528 / V3.1) get their tool parser only with it.",
     "overrides.image": "As engine.image, but wins over it.",
     "overrides.cpu_kvcache_space_gib": "CPU hosts: VLLM_CPU_KVCACHE_SPACE in GiB instead of what the requests need.",
     "overrides.expert_parallel": "true adds --enable-expert-parallel; false forbids it (FP8 block checkpoints then exclude the TP sizes that need it).",
@@ -160,7 +184,14 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         unknown_engine = sorted(set(engine) - ENGINE_KEYS)
         if unknown_engine:
             raise PlanError(f"{where}[{i}].engine has unknown keys {unknown_engine}; known: {sorted(ENGINE_KEYS)}")
+        if not isinstance(d.get("trust_remote_code", False), bool):
+            raise PlanError(f"{where}[{i}] ({name}).trust_remote_code={d.get('trust_remote_code')!r}: true or false")
         _check_extras(d, f"{where}[{i}] ({name})")
+        if "pooling" in d:
+            try:
+                check_inventory_value(d["pooling"], f"{where}[{i}]")
+            except PoolingError as exc:
+                raise PlanError(str(exc)) from exc
         image = (d.get("overrides") or {}).get("image") or engine.get("image")
         if image and not image_pinned(image):
             raise PlanError(f"{where}[{i}] image {image!r}: pin a version tag or digest (never latest)")
@@ -210,6 +241,11 @@ def _check_overrides(o: Mapping[str, Any], where: str) -> None:
     for key in ("enforce_eager", "expert_parallel"):
         if key in o and not isinstance(o[key], bool):
             raise PlanError(f"{where}.{key}={o[key]!r}: true or false")
+    template = o.get("chat_template")
+    if "chat_template" in o and not (isinstance(template, str) and template.strip() == template and template
+                                     and template.endswith(".jinja") and ".." not in template.split("/")):
+        raise PlanError(f"{where}.chat_template={template!r}: a Jinja file (….jinja) in the model folder, or an absolute path the "
+                        "engine reads, without '..'")
 
 
 def _check_extras(d: Mapping[str, Any], where: str) -> None:
@@ -222,6 +258,21 @@ def _check_extras(d: Mapping[str, Any], where: str) -> None:
         if k == 0 and not flag.startswith("--"):
             raise PlanError(f"{where}.extra_args starts with {arg!r}: the list is appended after the planned flags, so it must start "
                             "with a --flag")
+        # vLLM's parser reads --trust_remote_code as --trust-remote-code; --no-... is the same setting turned off
+        if flag.replace("_", "-").replace("--no-", "--") == TRUST_REMOTE_CODE_FLAG:
+            raise PlanError(f"{where}.extra_args sets {flag}: whether the model's own code runs is the deployment's "
+                            "trust_remote_code setting (true or false), which the plan checks against the model's auto_map; "
+                            "remove it from extra_args and set trust_remote_code: true on the deployment")
+        # vLLM's parser takes --max_model_len for --max-model-len, and --no-enforce-eager turns a planned switch off
+        flag = "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+        if flag.startswith("--no-") and "--" + flag[5:] in PLANNED_FLAGS:
+            flag = "--" + flag[5:]
+        if flag in POOLING_FLAGS:
+            raise PlanError(f"{where}.extra_args sets {flag}, which the planner decides from the model (pooling or generate): "
+                            "set the deployment's pooling key (embed, classify or false) instead")
+        if flag in UNPLANNED_LAYOUT_FLAGS:
+            raise PlanError(f"{where}.extra_args sets {flag}, which changes how many GPUs an instance spans and what each holds; the "
+                            "planner does not plan it yet, so its sizing would be wrong: remove it (the plan's reasons say what was considered)")
         if flag in PLANNED_FLAGS:
             key = PLANNED_FLAGS[flag]
             raise PlanError(f"{where}.extra_args sets {flag}, which the planner decides: "
@@ -252,5 +303,5 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
     o = dict(d.get("overrides") or {})
     max_model_len = o.get("max_model_len", w.get("max_model_len", "auto"))
     return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"),
-                   concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)),
+                   concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)), trust_remote_code=bool(d.get("trust_remote_code", False)),
                    max_model_len=max_model_len if max_model_len == "auto" else int(max_model_len))

@@ -14,8 +14,8 @@ from .._host_needs import HYHAL_DIR, LOOPBACK, device_access, engine_host, os_pa
 from .._models import ModelProfile
 from .base import GIB, Ctx, gib
 from .engine import extras, launch_args, startup_budget
-from .stages import Budget, Build, CpuSizing, Features, HostOptions, Launch, Layout, Placement, Precision, Request, Serving, Sizing
-from .topology import cpu_binding, numa_of
+from .stages import Budget, Build, CpuLayout, CpuSizing, Features, HostOptions, Launch, Layout, Placement, Precision, Request, Serving, Sizing
+from .topology import cpu_binding, cpu_rank_binding, group_warnings, groups_reason, numa_of, tp_groups
 
 
 def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
@@ -43,6 +43,20 @@ def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
     return instance
 
 
+def _pooled(instance: Dict[str, Any], pooling: Optional[Mapping[str, Any]], encoder_only: bool, kv_gib: str,
+            kv_per_token: str) -> Dict[str, Any]:
+    """A pooling instance: its fields (pooling.plan_fields) and, for an encoder-only model, no KV cache (vLLM allocates none:
+    EncoderOnlyAttention.get_kv_cache_spec returns None), so every admitted request runs at once. A generative instance is
+    returned as it is."""
+    if not pooling:
+        return instance
+    instance.update(pooling)
+    if encoder_only:
+        mem = instance["memory"]
+        mem.update({kv_gib: 0.0, kv_per_token: 0, "kv_cache_tokens": 0, "max_concurrency_at_max_len": float(instance["max_num_seqs"])})
+    return instance
+
+
 def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, feats: Features,
             serving: Serving, sizing: Union[Sizing, CpuSizing], ctx: Ctx) -> Launch:
     """The command line every instance of the deployment shares, as on a CPU host; gpu_instances adds the GPU's part.
@@ -56,20 +70,29 @@ def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, p
                   max_num_batched_tokens=req.overrides.get("max_num_batched_tokens"),
                   language_model_only=bool(m.vision and not req.workload.get("vision", True)), reasoning_parser=feats.reasoning,
                   tool_call_parser=feats.tools, thinking_kwargs=feats.thinking_kwargs,
-                  expert_parallel=bool(req.overrides.get("expert_parallel")), hf_overrides=feats.hf_overrides)
+                  expert_parallel=bool(req.overrides.get("expert_parallel")), hf_overrides=feats.hf_overrides,
+                  # a file name is read in the model folder (the engine's view of it: inside the container under docker)
+                  chat_template=(feats.chat_template if not feats.chat_template or feats.chat_template.startswith("/")
+                                 else f"{serving.source['dir'].rstrip('/')}/{feats.chat_template}"),
+                  mistral_format=m.mistral_format, trust_remote_code=req.trust_remote_code,
+                  runner_args=feats.runner_args)
 
 
 def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placement, build: Build, precision: Precision,
                   budget: Budget, layout: Layout, sizing: Sizing, feats: Features, serving: Serving,
-                  hw: Mapping[str, Any], options: HostOptions, ports: AbstractSet[int], ctx: Ctx) -> List[Dict[str, Any]]:
+                  hw: Mapping[str, Any], options: HostOptions, ports: AbstractSet[int], ctx: Ctx,
+                  pooling: Optional[Mapping[str, Any]] = None, encoder_only: bool = False) -> List[Dict[str, Any]]:
     """Stage 10 (GPUs): the instances: their GPUs (inside one link domain), NUMA node, port, arguments and environment."""
     name, version, tp = req.name, req.version, layout.tp
     vendor, mem = p.vendor, sizing.mem
-    if layout.kind != "pcie" or tp > max(len(g) for g in layout.domains):
-        groups = [p.gpus[i * tp:(i + 1) * tp] for i in range(layout.instances)]
-    else:
-        groups = [g[k * tp:(k + 1) * tp] for g in layout.domains for k in range(len(g) // tp)][:layout.instances]
+    width = tp * layout.pp      # an instance's GPUs: its TP group times its pipeline stages
+    groups = tp_groups(p.gpus, hw, width, layout.instances)
+    if width > 1:
+        ctx.why(*groups_reason(p.gpus, groups, hw))
+        if isinstance(d.get("gpus"), list):
+            ctx.warnings.extend(group_warnings(name, groups, hw))
     launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), vendor=vendor, tensor_parallel_size=tp,
+                     pipeline_parallel_size=layout.pp,
                      quantization=precision.quant, gpu_memory_utilization=budget.util, capture=feats.capture,
                      attention_backend=feats.backend, encoder_backend=feats.encoder, expert_parallel=layout.expert_parallel)
     budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
@@ -95,7 +118,7 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
         env.update(extra_env)
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
-            "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+            "tensor_parallel_size": tp, "pipeline_parallel_size": layout.pp, "data_parallel_size": 1,
             "expert_parallel": layout.expert_parallel,
             "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype,
             "attention_backend": feats.backend or "default",
@@ -116,42 +139,67 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             "args": args, "env": env, "patches": feats.patches, "reasons": ctx.reasons,
             **_host_fields(vendor, group, build.image_cuda, build.package, launch.model_dir, port, options, serving.drain_s),
         }
-        out.append(_hashed(instance))
-    ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(layout.expert_parallel).lower(),
-            "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink"
-            + ("; expert parallelism only where the FP8 block requires it (above)" if layout.ep_required else ""))
+        out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib_per_gpu", "kv_bytes_per_token_per_gpu")))
+    if layout.pp == 1:
+        ctx.why("pipeline_parallel_size=1, data_parallel_size=1, expert_parallel=" + str(layout.expert_parallel).lower(),
+                "TP inside a link domain serves this model; report 000 measured TP+EP and TP+DP slower than plain TP on NVLink"
+                + ("; expert parallelism only where the FP8 block requires it (above)" if layout.ep_required else ""))
     return out
 
 
 def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
                  feats: Features, serving: Serving, hw: Mapping[str, Any], options: HostOptions, ports: AbstractSet[int],
-                 ctx: Ctx) -> Dict[str, Any]:
-    """Stage 10 on a CPU host: one instance bound to the NUMA node with the most CPUs (topology.cpu_binding)."""
+                 ctx: Ctx, layout: Optional[CpuLayout] = None, pooling: Optional[Mapping[str, Any]] = None,
+                 encoder_only: bool = False) -> Dict[str, Any]:
+    """Stage 10 on a CPU host: the first instance of cpu_instances (without a layout: the one instance of TP=1 bound to the
+    NUMA node with the most CPUs, topology.cpu_binding)."""
+    return cpu_instances(d, req, m, build, precision, sizing, layout, feats, serving, hw, options, ports, ctx, pooling,
+                         encoder_only)[0]
+
+
+def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
+                  layout: Optional[CpuLayout], feats: Features, serving: Serving, hw: Mapping[str, Any], options: HostOptions,
+                  ports: AbstractSet[int], ctx: Ctx, pooling: Optional[Mapping[str, Any]] = None,
+                  encoder_only: bool = False) -> List[Dict[str, Any]]:
+    """Stage 10 on a CPU host: the instances of the layout (topology.cpu_layout). On one NUMA node one instance bound to it
+    (topology.cpu_binding); over several, each instance's ranks on their own nodes: --tensor-parallel-size, one
+    VLLM_CPU_OMP_THREADS_BIND list per rank separated by '|', VLLM_CPU_KVCACHE_SPACE per rank, the CPU set of its nodes
+    (topology.cpu_rank_binding)."""
     name, version = req.name, req.version
-    node, cpuset, bind = cpu_binding(hw, ctx)
-    port = _port_of(d, options.base_port, ports)
-    launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), port=port)
-    args = launch_args(launch)
+    tp = layout.tp if layout else 1
+    if layout and layout.spread:
+        bindings = [cpu_rank_binding(hw, ranks, ctx, f"{name}-{k}") for k, ranks in enumerate(layout.nodes)]
+    else:
+        bindings = [cpu_binding(hw, ctx)]
+    launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), tensor_parallel_size=tp)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
-    args += extra_args
-    env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
     if build.image:
         ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
-    if bind:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
     if build.package and "g++" in os_packages(build.package, version):
         ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
                 "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")
-    instance = {
-        "name": f"{name}-0", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
-        "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
-        "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype, "attention_backend": "default",
-        "max_model_len": sizing.max_model_len, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": None, "enforce_eager": precision.eager,
-        "startup_budget_s": startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx),
-        "memory": {"weights_gib": gib(sizing.weights), "kv_cache_gib": float(sizing.space_gib), "kv_bytes_per_token": sizing.per_token,
-                   "kv_cache_tokens": int(sizing.held * sizing.max_model_len), "max_concurrency_at_max_len": round(sizing.held, 2)},
-        "image": build.image, "package": build.package, "served_model_name": launch.served_name,
-        "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
-        **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving.drain_s, version),
-    }
-    return _hashed(instance)
+    budget_s = startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx)
+    used = set(ports)
+    out: List[Dict[str, Any]] = []
+    for k, (node, cpuset, bind) in enumerate(bindings):
+        port = _port_of(d if k == 0 else {}, options.base_port, used)
+        used.add(port)
+        args = launch_args(replace(launch, port=port)) + extra_args
+        env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
+        if bind:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        instance = {
+            "name": f"{name}-{k}", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
+            "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
+            "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype, "attention_backend": "default",
+            "max_model_len": sizing.max_model_len, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": None,
+            "enforce_eager": precision.eager, "startup_budget_s": budget_s,
+            # per rank, as vLLM reads VLLM_CPU_KVCACHE_SPACE (the whole model and its whole KV where TP is 1)
+            "memory": {"weights_gib": gib(sizing.weights / tp), "kv_cache_gib": float(sizing.space_gib), "kv_bytes_per_token": sizing.per_token,
+                       "kv_cache_tokens": int(sizing.held * sizing.max_model_len), "max_concurrency_at_max_len": round(sizing.held, 2)},
+            "image": build.image, "package": build.package, "served_model_name": launch.served_name,
+            "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
+            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving.drain_s, version),
+        }
+        out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib", "kv_bytes_per_token")))
+    return out

@@ -157,6 +157,32 @@ class Memory:
     def fits(self, max_model_len: int) -> bool:
         return self.num_blocks > 0 and self.concurrency(max_model_len) >= 1.0
 
+    def held_at(self, max_model_len: int, fraction: float = 1.0) -> float:
+        """Requests of max_model_len that fraction x the pages hold (fraction < 1: a margin kept back)."""
+        per_request = self._blocks_per_request(max_model_len)
+        return int(self.num_blocks * fraction) / per_request if per_request else 0.0
+
+    def longest_held(self, requests: int, fraction: float = 1.0, limit: int = 2 ** 31) -> int:
+        """The longest max_model_len, a multiple of the block (or `limit` itself), at which `requests` requests fit at once
+        in fraction x the pages; 0 when not even `requests` of one block do."""
+        usable = int(self.num_blocks * fraction)
+
+        def holds(tokens: int) -> bool:
+            return requests * self._blocks_per_request(tokens) <= usable
+
+        if not holds(min(self.block_size, limit)):
+            return 0
+        if holds(limit):
+            return limit
+        low, high = 1, limit // self.block_size          # holds(low x block), not holds(limit)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if holds(mid * self.block_size):
+                low = mid
+            else:
+                high = mid - 1
+        return low * self.block_size
+
     def longest(self) -> int:
         """Longest single request that fits (local layers hold a window or chunk, state layers their pages, whatever the length)."""
         attn, state = self.groups
@@ -209,7 +235,10 @@ def memory_model(m: ModelProfile, tp: int, gpu_bytes: float, util: float, versio
     what gdn_prefill_checkpoint says for the GPU."""
     act_bytes = DTYPE_BYTES.get(dtype, 2)
     kv_bytes = DTYPE_BYTES[kv_dtype] if kv_dtype != "auto" else act_bytes
+    # an unquantized checkpoint is loaded in the planned dtype: float32 weights take twice the bytes of a bfloat16 file
     weights = m.weight_bytes / tp
+    if m.quant_method is None and dtype == "float32" and DTYPE_BYTES.get(m.torch_dtype, 2) < act_bytes:
+        weights = weights / DTYPE_BYTES.get(m.torch_dtype, 2) * act_bytes
     if m.is_moe:
         inter = (m.experts_per_token * m.moe_intermediate_size + m.shared_expert_intermediate_size) / tp
     else:

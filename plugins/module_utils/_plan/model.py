@@ -8,9 +8,11 @@ import json
 from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .._engine import parse_version, vstr
+from .._engine import Version, parse_version, vstr
+from .._hf_names import TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_VERSION
 from .._host_needs import LOOPBACK, NeedsError, drain_timeout, model_source, stop_timeout
-from .._models import YARN, ModelError, ModelProfile, resolve_model, yarn_extension, yarn_limit
+from .._models import YARN, ModelError, ModelProfile, remote_code_at, resolve_model, yarn_extension, yarn_limit
+from .._vllm_archs import ARCH_SUFFIXES, REGISTRY_ARCHS, RELEASES_READ
 from .base import Ctx, Refusal, gib
 from .stages import HostOptions, Request, Serving
 
@@ -54,6 +56,79 @@ def check_engine_runs(m: ModelProfile, req: Request) -> None:
     """Stage 2c: the engine version knows the model's architecture."""
     if req.version < parse_version(m.min_engine):
         raise Refusal(f"{req.name}: {m.id} needs vLLM >= {m.min_engine}; engine.version is {vstr(req.version)}")
+
+
+def _registry_lists(arch: str, version: Version) -> bool:
+    """Whether vLLM `version`'s model registry lists `arch` (_vllm_archs; a release newer than the newest read: as it)."""
+    return any(arch in names and any(since <= version and (until is None or version < until) for since, until in spans)
+               for spans, names in REGISTRY_ARCHS)
+
+
+def registry_serves(arch: str, version: Version) -> Optional[str]:
+    """The registry architecture vLLM `version` serves `arch` with: itself, or the one its _normalize_arch finds by
+    swapping the name's suffix (config/model.py _SUFFIX_TO_DEFAULTS: Qwen3ForSequenceClassification -> Qwen3ForCausalLM);
+    None where neither is listed."""
+    if _registry_lists(arch, version):
+        return arch
+    suffixes = next((row for since, row in reversed(ARCH_SUFFIXES) if version >= since), ())
+    suffix = next((sfx for sfx in suffixes if arch.endswith(sfx)), None)
+    if suffix is None:
+        return None
+    return next((arch.replace(suffix, other) for other in suffixes if _registry_lists(arch.replace(suffix, other), version)), None)
+
+
+def check_architecture(m: ModelProfile, req: Request, ctx: Ctx) -> None:
+    """Stage 2c'': vLLM's model registry serves the model's architecture on this release (vllm/model_executor/models/
+    registry.py inspect_model_cls), or its Transformers backend may (model_impl auto: transformers' own class for a model
+    type transformers ships, or the repository's auto_map AutoModel class with --trust-remote-code, each only where the class
+    supports vLLM's attention interface); else vLLM refuses it: "Model architectures [...] are not supported for now"."""
+    arch = m.architecture
+    if arch == "unknown" or registry_serves(arch, req.version):
+        return
+    v = vstr(req.version)
+    other = [r for r in RELEASES_READ if registry_serves(arch, r)]
+    elsewhere = (f"; the vLLM releases read that serve it: {', '.join(vstr(r) for r in other)}" if other else
+                 f"; no vLLM release read serves it ({vstr(RELEASES_READ[0])} to {vstr(RELEASES_READ[-1])})")
+    source = f"vLLM {v}'s vllm/model_executor/models/registry.py (plugins/module_utils/_vllm_archs.py)"
+    backend = ("vLLM then tries its Transformers backend (registry.py _try_resolve_transformers, model_impl auto), which "
+               "serves a class only where it supports vLLM's attention interface (is_backend_compatible), and the planner "
+               "cannot read that")
+    if m.auto_model_refs:
+        if not req.trust_remote_code:
+            raise Refusal(f"{req.name}: {m.id}'s architecture {arch} is not in {source}{elsewhere}. Its config.json auto_map "
+                          f"names the repository's own class ({', '.join(m.auto_model_refs)}), which vLLM's Transformers backend "
+                          "loads only with --trust-remote-code: without it vLLM refuses the model ('Model architectures "
+                          f"['{arch}'] are not supported for now'). What would work: review that code and set "
+                          "trust_remote_code: true on this deployment (llmfleet_deployments[].trust_remote_code) if the class "
+                          "supports vLLM's attention interface, or a checkpoint of an architecture vLLM serves")
+        ctx.why(f"architecture={arch} (Transformers backend)", f"not in {source}; the deployment trusts remote code, so "
+                f"{backend}: the repository's {', '.join(m.auto_model_refs)} must support it, or vLLM refuses the model")
+        return
+    if m.model_type in TRANSFORMERS_MODEL_TYPES:
+        ctx.why(f"architecture={arch} (Transformers backend)", f"not in {source}; model_type {m.model_type!r} is one "
+                f"transformers {TRANSFORMERS_VERSION} ships, so {backend}: where transformers has no class {arch} or it "
+                "is not compatible, vLLM refuses the model")
+        return
+    raise Refusal(f"{req.name}: {m.id}'s architecture {arch} is not in {source}{elsewhere}; its model_type "
+                  f"{m.model_type or 'none'!r} is not one transformers {TRANSFORMERS_VERSION} ships and config.json's auto_map "
+                  "names no AutoModel class, so vLLM's Transformers backend has nothing to load either: vLLM refuses it "
+                  f"('Model architectures [\'{arch}\'] are not supported for now'). What would work: "
+                  + (f"engine.version {vstr(other[-1])}" if other else "a checkpoint of an architecture vLLM serves"))
+
+
+def check_remote_code(m: ModelProfile, req: Request, ctx: Ctx) -> None:
+    """Stage 2c': the remote-code policy. A model whose config or tokenizer is remote code (_models.remote_code_needs) is
+    planned only where the deployment sets trust_remote_code: true; the plan then passes --trust-remote-code."""
+    needs = remote_code_at(m, req.version)
+    if needs and not req.trust_remote_code:
+        raise Refusal(f"{req.name}: {m.id} needs remote code that vLLM {vstr(req.version)} runs only with --trust-remote-code: "
+                      + "; ".join(needs) + ". Review that code, then set trust_remote_code: true on this deployment "
+                      "(llmfleet_deployments[].trust_remote_code; extra_args cannot set it)")
+    if req.trust_remote_code:
+        ctx.why("trust_remote_code=true", "the deployment sets trust_remote_code: true"
+                + (f"; the model needs it: {'; '.join(needs)}" if needs else
+                   "; the model's config.json and tokenizer_config.json name no remote code the planner detects, the flag "
+                   "still lets transformers prefer the repository's own classes where its auto_map names them"))
 
 
 def extend_context(d: Mapping[str, Any], req: Request, m: ModelProfile, ctx: Ctx) -> Tuple[ModelProfile, Optional[str]]:

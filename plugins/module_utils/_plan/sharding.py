@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from .._engine import GFX_FP8
+from .._engine import GFX_FP8, Version, mla_fp8_kv
 from .._models import ModelProfile, kv_heads_per_rank
 from .stages import Placement
 
@@ -55,13 +55,28 @@ def fp8_block_problems(m: ModelProfile, tp: int) -> Tuple[List[str], List[str]]:
         widths.append(("dense MLP intermediate_size", m.intermediate_size))
     if m.is_moe and m.shared_expert_intermediate_size:
         widths.append(("shared-expert intermediate size", m.shared_expert_intermediate_size))
-    q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
-    widths.append(("attention q projection", q_out))
+    if m.is_mla:
+        # MLA (model_executor/models/deepseek_v2.py DeepseekV2MLAAttention, 0.32.0): column-parallel q_proj / q_b_proj
+        # (heads x (qk_nope + qk_rope)) and kv_b_proj (heads x (qk_nope + v_head_dim)), row-parallel o_proj (heads x
+        # v_head_dim: its input, % block_k); kv_a_proj_with_mqa is replicated and fused_qkv_a_proj ([q_lora_rank,
+        # kv_lora_rank + qk_rope]) merged, where validate_fp8_block_shape lets the last part break the block
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        widths.append(("MLA q projection (heads x (qk_nope_head_dim + qk_rope_head_dim))", m.num_attention_heads * qk))
+        widths.append(("MLA kv_b projection (heads x (qk_nope_head_dim + v_head_dim))",
+                       m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim)))
+        o_in = m.num_attention_heads * m.v_head_dim
+        if tp > 1 and o_in % tp == 0 and (o_in // tp) % bk:
+            fixed.append(f"MLA o projection input (heads x v_head_dim) {o_in} / TP {tp} = {o_in // tp} is not a multiple of the "
+                         f"{bn}x{bk} block")
+        if m.q_lora_rank and m.q_lora_rank % bn:
+            fixed.append(f"MLA fused q/kv_a projection: q_lora_rank {m.q_lora_rank} is not a multiple of the {bn}x{bk} block")
+    else:
+        widths.append(("attention q projection", m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)))
     for what, width in widths:
         if width % tp == 0 and bad(width // tp):
             fixed.append(f"{what} {width} / TP {tp} = {width // tp} is not a multiple of the {bn}x{bk} block")
     kv_width = kv_heads_per_rank(m, tp) * m.head_dim
-    if bad(kv_width):
+    if not m.is_mla and bad(kv_width):
         fixed.append(f"KV projection {kv_heads_per_rank(m, tp)} head(s) x {m.head_dim} = {kv_width} per GPU is not a multiple of the "
                      f"{bn}x{bk} block")
     experts: List[str] = []
@@ -81,6 +96,43 @@ def tp_choices(m: ModelProfile, limit: int) -> List[int]:
            [t for t in (3, 6) if t <= limit and valid_tp(m, t) is None]
 
 
-def fp8_kv_sound(p: Placement) -> bool:
-    """fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion (docs/sources.md#fp8-kv)."""
+def fp8_kv_sound(p: Placement, m: Optional[ModelProfile] = None, version: Optional[Version] = None) -> bool:
+    """fp8 KV is numerically sound from sm89 (native FP8); below that it is software conversion (docs/sources.md#fp8-kv).
+    Given the model and the version, an MLA model takes it only where one of that release's MLA backends does
+    (_engine.mla_fp8_kv)."""
+    if m is not None and version is not None and mla_fp8_kv_unavailable(p, m, version):
+        return False
     return (p.vendor == "nvidia" and p.cc >= 89) or (p.vendor in ("amd",) and p.arch in GFX_FP8)
+
+
+# Pipeline parallelism (--pipeline-parallel-size): vLLM splits the decoder layers into contiguous stages
+# (distributed/utils.py get_pp_indices), the first stage holding the embeddings, the last the LM head, and refuses a model
+# whose class does not implement SupportsPP (config/model.py verify_with_parallel_config). V1 runs PP on one host with the
+# multiprocessing executor from PR #14219 (v0.8.2). The model types below are those whose vLLM class implements SupportsPP
+# (models/llama.py, mistral.py, qwen2.py, qwen2_moe.py, qwen3.py, qwen3_moe.py, mixtral.py, phi3.py, gemma2.py, gemma3.py,
+# granite.py, deepseek_v2.py, read in the 0.32.0 wheel); hybrid (state-layer) and multimodal models are left out: their
+# stages' memory is not modelled here.
+PIPELINE_PARALLEL_SINCE = (0, 8, 2)
+PP_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phi3", "gemma2", "gemma3_text",
+                  "granite", "deepseek_v2", "deepseek_v3")
+
+
+def pp_problem(m: ModelProfile, pp: int) -> Optional[str]:
+    """None when vLLM can split the model into pp pipeline stages, else why not."""
+    if m.model_type not in PP_MODEL_TYPES:
+        return (f"the planner splits only model types whose vLLM class implements SupportsPP and whose stages it models "
+                f"({', '.join(PP_MODEL_TYPES)}); {m.id} is {m.model_type or 'of no known type'}")
+    if m.is_hybrid or m.vision:
+        return f"{m.id} has {'state layers' if m.is_hybrid else 'a vision encoder'}, whose pipeline stages the planner does not model"
+    if m.num_layers < pp:
+        return f"{m.id} has {m.num_layers} layers, fewer than {pp} stages"
+    return None
+
+
+def mla_fp8_kv_unavailable(p: Placement, m: ModelProfile, version: Version) -> Optional[str]:
+    """Why no MLA backend of `version` takes an fp8 KV cache for `m` on these NVIDIA GPUs; None where one does, or where
+    the model is not MLA (_engine.mla_fp8_kv)."""
+    if not m.is_mla or p.vendor != "nvidia":
+        return None
+    accepted, why = mla_fp8_kv(p.cc, version)
+    return None if accepted else why

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .._engine import Version, vstr
 from .._models import DTYPE_BYTES, ModelProfile, kv_bytes_per_token
 from .base import GIB, MIB, Ctx, Refusal, gib
 from .hints import does_not_fit
 from .memory import BLOCK_SIZE, as_allocated, in_flight_tokens, kv_pool, state_pages, state_pages_why
-from .sharding import fp8_kv_sound
-from .sizer import Sizer
-from .stages import CpuSizing, Layout, Placement, Request, Sizing
+from .sharding import fp8_kv_sound, mla_fp8_kv_unavailable
+from .sizer import AUTO_KV_MARGIN, Sizer, auto_floor, auto_length
+from .stages import CpuLayout, CpuSizing, Layout, Placement, Request, Sizing
 
 
 # What a CPU host keeps outside weights and KV cache: a vLLM CPU instance takes ~1.6 GB beyond them
@@ -38,24 +38,43 @@ def size_instances(m: ModelProfile, req: Request, p: Placement, layout: Layout, 
     o, tp, kv_dtype = req.overrides, layout.tp, layout.kv_dtype
     kv_forced = o.get("kv_cache_dtype")
     needed = math.ceil(req.concurrency / layout.instances)
-    fp8_ok = fp8_kv_sound(p)
-    mem, seqs, max_model_len, chosen = sizer.for_load(tp, kv_dtype, needed, fp8_ok and not kv_forced)
+    fp8_ok = fp8_kv_sound(p, m, req.version)
+    mem, seqs, max_model_len, chosen = sizer.for_load(tp, kv_dtype, needed, fp8_ok and not kv_forced, layout.pp)
     if chosen != kv_dtype:
-        base, _seqs, base_max_model_len = sizer.evaluate(tp, kv_dtype)
-        ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {base.concurrency(base_max_model_len):.1f} requests of {base_max_model_len} tokens per "
+        base, _seqs, base_max_model_len = sizer.evaluate(tp, kv_dtype, layout.pp)
+        at = auto_floor(m) if req.max_model_len == "auto" else base_max_model_len
+        ctx.why("kv_cache_dtype=fp8", f"bf16 KV holds {base.concurrency(at):.1f} requests of {at} tokens per "
                 f"instance, {needed} are wanted; fp8 KV halves the bytes per token (sound on "
                 f"{p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'})")
         kv_dtype = chosen
     if kv_dtype == "auto" and not kv_forced:
-        ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(max_model_len) >= needed
-                else ("fp8 KV is not sound on this architecture" if not fp8_ok else "fp8 KV would not change the outcome"))
+        ctx.why("kv_cache_dtype=auto", "the model dtype holds the wanted load" if mem.concurrency(
+                auto_floor(m) if req.max_model_len == "auto" else max_model_len) >= needed
+                else ((mla_fp8_kv_unavailable(p, m, req.version) or "fp8 KV is not sound on this architecture") if not fp8_ok
+                      else "fp8 KV would not change the outcome"))
     elif kv_forced:
         ctx.why(f"kv_cache_dtype={kv_dtype}", "forced by overrides")
     if max_model_len <= 0 or not mem.fits(max_model_len):
         raise Refusal(does_not_fit(req.name, m, tp, sizer, p, req))
     if req.max_model_len == "auto":
-        ctx.why(f"max_model_len={max_model_len}", "auto: the model's full context fits" if max_model_len == m.max_position_embeddings else
-                f"auto: the longest request the KV cache holds (the model allows {m.max_position_embeddings})")
+        max_model_len, how = auto_length(m, mem, needed)
+        floor, kept = auto_floor(m), f"{100 * AUTO_KV_MARGIN:.0f} % of the KV cache kept back for what the estimate does not measure"
+        held = mem.held_at(max_model_len, 1 - AUTO_KV_MARGIN)
+        if how == "load":
+            ctx.why(f"max_model_len={max_model_len}", (f"auto: {needed} request{'s' if needed > 1 else ''} of the model's full context fit at once" if
+                    max_model_len == m.max_position_embeddings else f"auto: the longest length at which the {needed} requests "
+                    f"declared per instance fit at once (the model allows {m.max_position_embeddings})") + f", {kept} (TP>1 "
+                    "communication buffers, a multimodal encoder's profiling; the estimate is within 5 % of vLLM's own KV tokens on "
+                    "every H200 run, docs/benchmarks/h200.md)")
+        else:
+            ctx.why(f"max_model_len={max_model_len}",
+                    (f"auto: the useful floor of {floor} tokens, of which each instance holds {held:.1f} at once, fewer than the "
+                     f"{needed} declared per instance" if how == "floor" else
+                     f"auto: the longest single request the KV cache holds, below the useful floor of {floor} tokens") + f"; {kept}")
+            ctx.warn(f"{req.name}: under max_model_len auto no layout of these GPUs holds the {needed} requests declared per "
+                     f"instance at {floor} tokens; planned {max_model_len} tokens, {held:.1f} requests at once per instance"
+                     + ("" if how == "floor" else f" (below the {floor} a chat, RAG or agent prompt needs)")
+                     + ": lower workload.concurrency, give more or larger GPUs, or a smaller (quantized) model")
     else:
         ctx.why(f"max_model_len={max_model_len}", "as requested")
     ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, sizer.budget.seqs_default, needed, mem.concurrency(max_model_len), max_model_len))
@@ -95,16 +114,30 @@ def _admission_why(o: Mapping[str, Any], seqs: int, default: int, needed: int, h
     return f"vLLM's default {default}: a cap must pay for itself in a measurement and the KV-cache cap did not" + preempt + short
 
 
-def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx) -> CpuSizing:
+def cpu_weights(m: ModelProfile, dtype: str) -> float:
+    """Bytes of the model's weights in the dtype stage 5 decided (the whole model; a TP rank holds 1/TP of it)."""
+    return m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * DTYPE_BYTES.get(dtype, 4)
+
+
+def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dtype: str, ctx: Ctx,
+             layout: Optional[CpuLayout] = None) -> CpuSizing:
     """Weights in the dtype stage 5 decided, the KV cache in it or in fp8 (_cpu_kv_dtype); the KV space what the declared requests
-    need at max_model_len, within the host memory left; admission as on GPUs."""
-    name, o, concurrency = req.name, req.overrides, req.concurrency
+    need at max_model_len, within the host memory left; admission as on GPUs. With a layout over several NUMA nodes
+    (topology.cpu_layout) all of it per rank: 1/TP of the weights and of each token's KV (its share of the KV heads), the
+    instance's share of the requests, in its node's memory - VLLM_CPU_KVCACHE_SPACE is each rank's (vLLM's CPU docs: a TP
+    rank's memory is its weight shard plus VLLM_CPU_KVCACHE_SPACE, and it must fit one NUMA node)."""
+    name, o = req.name, req.overrides
+    tp, spread = (layout.tp, layout.spread) if layout else (1, False)
+    concurrency = math.ceil(req.concurrency / layout.instances) if layout else req.concurrency
     dtype_bytes = DTYPE_BYTES.get(dtype, 4)
-    weights = m.weight_bytes / DTYPE_BYTES.get(m.torch_dtype, 2) * dtype_bytes
-    spare = hw["memory_mib"] * MIB - weights - CPU_HOST_RESERVE_GIB * GIB
+    weights = cpu_weights(m, dtype)
+    spare = (layout.node_mib if layout else hw["memory_mib"]) * MIB - weights / tp - CPU_HOST_RESERVE_GIB * GIB
     kv_dtype = _cpu_kv_dtype(m, req, hw, host, dtype, ctx)
     kv_bytes = 1 if kv_dtype.startswith("fp8") else dtype_bytes
-    per_token = kv_bytes_per_token(m, 1, kv_bytes)
+    per_token = kv_bytes_per_token(m, tp, kv_bytes)
+    # what the reasons call the memory: the host's, or each rank's NUMA node's
+    memory = "host memory" if not spread else f"memory of each rank's NUMA node ({layout.node_mib // 1024} GiB)"
+    shard = f"{gib(weights / tp)} GiB of weights" + (f" (1/{tp} of {gib(weights)})" if tp > 1 else "")
     if req.max_model_len == "auto":
         # the longest length at which all the wanted requests fit the whole GiB of host memory left
         spare_gib = max(0, int(spare // GIB))
@@ -112,9 +145,9 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
         max_model_len = int(min(m.max_position_embeddings, fit))
         if max_model_len < BLOCK_SIZE and spare_gib >= 1:
             raise Refusal(f"{name}: {concurrency} requests of even {BLOCK_SIZE} tokens ({per_token} B/token) do not fit the {spare_gib} GiB "
-                          f"{host} has left after {gib(weights)} GiB of weights; lower workload.concurrency")
-        where = (f"in the {spare_gib} GiB of host memory left after {gib(weights)} GiB of weights and the "
-                 f"{CPU_HOST_RESERVE_GIB:.0f} GiB system reserve, at {per_token} B/token")
+                          f"{host} has left " + ("" if not spread else "on each NUMA node ") + f"after {shard}; lower workload.concurrency")
+        where = (f"in the {spare_gib} GiB of {memory} left after {shard} and the "
+                 f"{CPU_HOST_RESERVE_GIB:.0f} GiB system reserve, at {per_token} B/token" + (" per rank" if tp > 1 else ""))
         ctx.why(f"max_model_len={max_model_len}", f"auto: {concurrency} requests of the model's full context fit {where}"
                 if max_model_len == m.max_position_embeddings else
                 f"auto: the longest request of which {concurrency} fit at once {where} (the model allows {m.max_position_embeddings})")
@@ -122,14 +155,21 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
         max_model_len = int(req.max_model_len)
     need_gib = max(1, math.ceil(per_token * max_model_len * concurrency / GIB))
     space = int(o.get("cpu_kvcache_space_gib", min(need_gib, max(0, int(spare // GIB)))))
-    if space < 1 or spare < GIB:
+    if (space < 1 or spare < GIB) and not spread:
         raise Refusal(f"{name}: {m.id} needs {gib(weights)} GiB of {dtype} weights plus 1 GiB of KV cache; {host} has "
                       f"{hw['memory_mib'] // 1024} GiB (keeping {CPU_HOST_RESERVE_GIB:.0f} GiB for the system); pick a smaller model")
+    if space < 1 or spare < GIB:
+        raise Refusal(f"{name}: at TP={tp} each rank needs {gib(weights / tp)} GiB of {dtype} weights plus 1 GiB of KV cache in its "
+                      f"NUMA node's {layout.node_mib // 1024} GiB ({host}'s memory over its nodes, keeping {CPU_HOST_RESERVE_GIB:.0f} GiB "
+                      "for the system on each; vLLM's CPU docs: a rank whose shard and VLLM_CPU_KVCACHE_SPACE exceed its node is killed); "
+                      "pick a smaller model, or a wider overrides.tensor_parallel_size where the host has the nodes")
     ctx.why(f"cpu_kvcache_space_gib={space}", f"{concurrency} requests x {max_model_len} tokens x {per_token} B/token = {need_gib} GiB wanted, "
-            f"{int(spare // GIB)} GiB spare after weights and the system")
+            f"{int(spare // GIB)} GiB spare after weights and the system"
+            + ("" if not spread else f", on each rank's NUMA node; VLLM_CPU_KVCACHE_SPACE is each of the {tp} rank(s)' own (vLLM's "
+               "CPU docs: the memory of each TP rank is its weight shard plus VLLM_CPU_KVCACHE_SPACE)"))
     # the state pages a hybrid model's requests hold at vLLM's defaults (prefix caching on from 0.28), as on GPUs
-    pool = replace(kv_pool(as_allocated(m, req.version), 1, space * GIB, kv_bytes, dtype_bytes,
-                           in_flight_tokens(CPU_DEFAULT_MAX_BATCHED, req.version, False),
+    pool = replace(kv_pool(as_allocated(m, req.version), tp, space * GIB, kv_bytes, dtype_bytes,
+                           in_flight_tokens(CPU_DEFAULT_MAX_BATCHED * tp, req.version, False),
                            CPU_MLA_BLOCK_SIZE if m.is_mla else CPU_BLOCK_SIZE), state_pages=state_pages(m, req.version))
     # vLLM logs "KV cache size" as max concurrency x max_model_len (get_kv_cache_capacity, group-aware)
     held = pool.concurrency(max_model_len) if max_model_len else 0.0
@@ -137,8 +177,8 @@ def size_cpu(m: ModelProfile, req: Request, hw: Mapping[str, Any], host: str, dt
         ctx.why(f"state_pages={pool.state_pages}", state_pages_why(m, req.version, pool.state_pages))
     # admission as on GPUs (issue 17): vLLM's CPU default (128 x world size, vllm-cpu 0.32 engine/arg_utils.py
     # get_batch_defaults) unless the inventory forces one
-    seqs = int(o.get("max_num_seqs", CPU_DEFAULT_MAX_NUM_SEQS))
-    ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS, concurrency, held, max_model_len))
+    seqs = int(o.get("max_num_seqs", CPU_DEFAULT_MAX_NUM_SEQS * tp))
+    ctx.why(f"max_num_seqs={seqs}", _admission_why(o, seqs, CPU_DEFAULT_MAX_NUM_SEQS * tp, concurrency, held, max_model_len))
     return CpuSizing(weights, per_token, max_model_len, space, held, seqs, kv_dtype)
 
 

@@ -6,7 +6,7 @@ to the command line of an instance (Launch). Stage n's result is named in its do
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Union
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
 from .._engine import Version
 from .base import DEFAULT_BASE_PORT, DEFAULT_MODEL_ROOT
@@ -23,6 +23,7 @@ class Request:
     goal: str
     concurrency: int
     max_model_len: Union[int, str]    # tokens, or "auto": the longest the KV cache holds
+    trust_remote_code: bool = False   # the deployment lets vLLM run the model's own code (--trust-remote-code)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Layout:
     ep_required: bool              # the FP8 block requires expert parallelism at this TP
     kind: str                      # nvlink_all, nvlink_mesh or pcie (link_domains)
     domains: List[List[int]]
+    pp: int = 1                    # pipeline stages of an instance (its GPUs: tp x pp)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class Features:
     patches: List[str]
     capture: Optional[int]         # --max-cudagraph-capture-size when the plan sets it
     hf_overrides: Optional[str]    # --hf-overrides (JSON) when the plan extends the context with YaRN
+    chat_template: Optional[str] = None   # --chat-template: overrides.chat_template (a file name in the model folder, or a path)
+    runner_args: Tuple[str, ...] = ()   # a pooling model's --runner/--convert (or --task) flags (pooling.runner_flags)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,19 @@ class CpuSizing:
     held: float                    # requests of max_model_len the KV space holds
     seqs: int
     kv_dtype: str = "auto"
+
+
+@dataclass(frozen=True)
+class CpuLayout:
+    """Stage 7 on a CPU host (topology.cpu_layout): one tensor-parallel rank per NUMA node, as vLLM's CPU docs describe."""
+    tp: int
+    nodes: List[List[Optional[int]]]   # each instance's ranks, one NUMA node each ([None]: the host gives no NUMA nodes)
+    node_mib: int                      # memory one rank may use: its node's (the host's divided over its nodes)
+    spread: bool = False               # True where the host has several NUMA nodes: the ranks are laid out over them
+
+    @property
+    def instances(self) -> int:
+        return len(self.nodes)
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,7 @@ class Launch:
     max_num_seqs: int
     eager: bool
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
     quantization: Optional[str] = None
     gpu_memory_utilization: Optional[float] = None
     max_num_batched_tokens: Optional[int] = None     # overrides.max_num_batched_tokens; vLLM's default otherwise
@@ -172,3 +190,7 @@ class Launch:
     thinking_kwargs: Optional[str] = None
     expert_parallel: bool = False
     hf_overrides: Optional[str] = None
+    chat_template: Optional[str] = None              # a path the engine reads
+    mistral_format: bool = False                     # --tokenizer-mode / --config-format / --load-format mistral
+    trust_remote_code: bool = False                  # --trust-remote-code: the deployment's trust_remote_code (model.check_remote_code)
+    runner_args: Tuple[str, ...] = ()                # a pooling model's --runner/--convert (or --task): right after --dtype

@@ -42,8 +42,8 @@ def test_mla_is_one_latent_per_token_and_layer_on_every_rank():
     assert m.is_mla and (m.kv_lora_rank, m.qk_rope_head_dim) == (512, 64)
     assert models.kv_bytes_per_token(m, 1, 2) == models.kv_bytes_per_token(m, 8, 2) == 70272
     assert models.kv_bytes_per_token(m, 8, 1) == 35136
-    # read as ordinary attention (128 KV heads of 56) it was 109,312 B per token per GPU at TP 8 with fp8 (issue 17)
-    ordinary = dataclasses.replace(m, kv_lora_rank=0, qk_rope_head_dim=0)
+    # read as ordinary attention (128 KV heads of 7168 / 128 = 56) it was 109,312 B per token per GPU at TP 8 with fp8 (issue 17)
+    ordinary = dataclasses.replace(m, kv_lora_rank=0, qk_rope_head_dim=0, head_dim=7168 // 128)
     assert models.kv_bytes_per_token(ordinary, 8, 1) == 61 * 16 * 56 * 2 == 109312
 
 

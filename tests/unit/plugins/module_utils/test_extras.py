@@ -65,11 +65,11 @@ def test_cpu_plans_take_them_too():
     assert inst["args"][-1] == "--enable-prefix-caching" and inst["env"]["VLLM_CPU_SGL_KERNEL"] == "1"
 
 
-@pytest.mark.parametrize("flag, assumed", [("--pipeline-parallel-size", "pipeline parallel 1"),
-                                           ("--no-async-scheduling", "two batches in flight"),
+# (--pipeline-parallel-size is the plan's own since issue 34: refused in extra_args, test_plan_stages_inputs.py)
+@pytest.mark.parametrize("flag, assumed", [("--no-async-scheduling", "two batches in flight"),
                                            ("--additional-config", "gdn_prefill_backend")])
 def test_extras_that_change_what_the_memory_model_assumes_are_named(flag, assumed):
-    args = [flag] + (["2"] if flag == "--pipeline-parallel-size" else ['{"gdn_prefill_backend": "triton"}'] if "config" in flag else [])
+    args = [flag] + (['{"gdn_prefill_backend": "triton"}'] if "config" in flag else [])
     p = plan(deployment(extra_args=args))
     assert p["errors"] == []
     [warning] = [w for w in p["warnings"] if "memory numbers assume" in w]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import TOOL_TEMPLATES
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
@@ -45,6 +46,10 @@ def flag(args, name):
 def test_each_family_gets_its_parsers(model_id, model_type, arch, reasoning, tools):
     dep = {"name": "m", "model": {"id": model_id, "config": config(model_type, arch), "weight_bytes": 16 * 10 ** 9},
            "workload": {"max_model_len": 8192, "tools": True, "thinking": True}, "engine": {"version": "0.32.0"}}
+    if models.profile_from_config(config(model_type, arch), model_id).family in TOOL_TEMPLATES:
+        # the families whose parser needs one of vLLM's shipped chat templates get it only with the template
+        # (test_plan_families.py checks the plan without it)
+        dep["overrides"] = {"chat_template": "tool_chat_template.jinja"}
     plan = plan_host("h", hardware_profile("h100_sxm_8x"), [dep])
     assert plan["errors"] == [], plan["errors"]
     inst = plan["deployments"][0]["instances"][0]

@@ -36,6 +36,12 @@ def test_weight_bytes_of_a_listing_prefer_safetensors():
              RemoteFile("config.json", 1, None)]
     assert listed_weight_bytes(files) == 8
     assert listed_weight_bytes([RemoteFile("pytorch_model.bin", 100, None), RemoteFile("training_args.bin", 7, None)]) == 100
+    # Mistral's repositories in both formats: the Hugging Face shards are what a hub plan loads, the consolidated copy is not
+    # counted again (vLLM's default loader keeps the files model.safetensors.index.json names)
+    both = [RemoteFile("consolidated.safetensors", 14_496, None), RemoteFile("model-00001-of-00002.safetensors", 9_000, None),
+            RemoteFile("model-00002-of-00002.safetensors", 5_496, None), RemoteFile("params.json", 1, None)]
+    assert listed_weight_bytes(both) == 14_496
+    assert listed_weight_bytes(both[:1]) == 14_496          # consolidated only: that is what there is
     assert listed_weight_bytes([RemoteFile("model-q4.gguf", 9, None)]) == 0
 
 
@@ -74,7 +80,8 @@ def test_the_planner_reads_model_metadata_and_the_filter_builds_it(tmp_path):
     plan = plan_host("h", hardware_profile("h200x1"), [dep], {"model_metadata": metadata})
     assert plan["errors"] == []
     [inst] = plan["deployments"][0]["instances"]
-    assert inst["args"][inst["args"].index("--tool-call-parser") + 1] == "llama3_json"
+    # read as Llama 3 from the fetched metadata: its llama3_json parser needs vLLM's shipped template (issue 34)
+    assert any("llama3_json parser needs vLLM's examples/tool_chat_template_llama3.1_json.jinja" in w for w in plan["warnings"])
     assert inst["memory"]["weights_gib_per_gpu"] == round(16_060_522_496 / 2**30, 2)
     # without it, the same deployment is refused with a sentence that says how to give the config
     refused = plan_host("h", hardware_profile("h200x1"), [dep])

@@ -70,3 +70,20 @@ def test_check_deployments_copies_and_refuses_a_planned_flag():
     with pytest.raises(PlanError, match=r"sets --max-model-len, which the planner decides: set overrides.max_model_len"):
         check_deployments([dict(deps[0], extra_args=["--max-model-len=9"])], "h")
     assert hardware_profile("h200x1")["accelerators"]    # the profiles the other stage tests plan on exist
+
+
+@pytest.mark.parametrize("arg,named", [("--max_model_len=9", "--max-model-len"), ("--no-enforce-eager", "--enforce-eager"),
+                                       ("--pipeline-parallel-size=2", "--pipeline-parallel-size"),
+                                       ("--load_format=mistral", "--load-format")])
+def test_a_planned_flag_is_refused_in_every_spelling_vllms_parser_takes(arg, named):
+    """vLLM's parser reads `_` for `-` and --no-<switch> for a switch turned off: the plan's own flags cannot come back
+    through extra_args in another spelling and replace what the plan sized."""
+    deps = [{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}}]
+    with pytest.raises(PlanError, match=f"sets {named}, which the planner decides"):
+        check_deployments([dict(deps[0], extra_args=[arg])], "h")
+
+
+def test_a_layout_flag_the_planner_does_not_plan_is_refused_in_extra_args():
+    deps = [{"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.26.0"}}]
+    with pytest.raises(PlanError, match="sets --data-parallel-size, which changes how many GPUs an instance spans"):
+        check_deployments([dict(deps[0], extra_args=["--data_parallel_size=2"])], "h")

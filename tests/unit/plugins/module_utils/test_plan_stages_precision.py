@@ -68,5 +68,6 @@ def test_does_not_fit_gives_the_numbers_and_what_would():
     sizer = Sizer(m, p.vendor, req, gpu_budget(req, p, False, Ctx([])), "bfloat16", False, None, p.cc)
     text = does_not_fit("d", m, 1, sizer, p, req)
     assert text.startswith("d: Qwen/Qwen3-32B does not fit on 1 x 140 GiB GPUs: 61.02 GiB of weights per GPU at TP=1")
-    assert text.endswith("what would fit: Qwen/Qwen3-32B-FP8, 2 of these GPUs (TP=2, planned to fit)")
+    assert text.endswith("what would fit: Qwen/Qwen3-32B-FP8, 2 of these GPUs (TP=2, planned to fit), "
+                         "2 hosts of these (2 x 1 GPUs: TP=1 inside each host x PP=2 stages across them, planned to fit)")
     assert sizer.fits(2, "auto") and not sizer.fits(1, "auto")

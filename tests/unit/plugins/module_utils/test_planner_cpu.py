@@ -124,20 +124,24 @@ def two_socket_smt(tmp_path):
     return json.loads(json.dumps(hw_facts.assemble({"commands": {}, "host": host})))        # as the facts reach the planner
 
 
-def test_threads_bind_to_one_cpu_per_physical_core_of_the_node(tmp_path):
+def test_threads_bind_to_one_cpu_per_physical_core_of_each_node(tmp_path):
+    """Four NUMA nodes of 22 cores (+ 22 siblings): one TP rank per node (issue 34: vLLM's CPU docs), each rank's OpenMP
+    threads on one CPU per physical core of its own node, its last core left to vLLM's other processes."""
     inst = instance(two_socket_smt(tmp_path))
-    assert (inst["numa_node"], inst["cpuset"]) == (0, "0-21,88-109")          # the node, siblings included, for the process
-    assert inst["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-21"                 # one OpenMP thread per core
-    reason = why(inst, "omp_threads_bind=0-21")
-    assert "its 22 cores, the other 22 CPUs (SMT siblings of those cores) left out" in reason and "physical CPU core" in reason
+    assert (inst["numa_node"], inst["cpuset"], inst["tensor_parallel_size"]) == (None, "0-175", 4)   # all four nodes, siblings included
+    assert inst["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-20|22-42|44-64|66-86"                    # one OpenMP thread per core
+    reason = why(inst, "omp_threads_bind=0-20|22-42|44-64|66-86")
+    assert "one CPU per physical core (SMT siblings left out" in reason and "each on its own NUMA node (0, 1, 2, 3)" in reason
     assert inst["dtype"] == "bfloat16"
 
 
-def test_cores_of_the_largest_node_are_used():
-    hw = cpu_host(numa_cpus={0: "0-3,8-11", 1: "4-7,12-23"}, cpu_count=24, numa_cores={0: "0-3", 1: "4-7,16-19"})
+def test_a_node_of_less_than_half_the_cores_of_the_largest_runs_no_rank():
+    hw = cpu_host(numa_cpus={0: "0-2,8-10", 1: "3-7,11-23"}, cpu_count=24, numa_cores={0: "0-2", 1: "3-7,16-18"})
     inst = instance(hw)
-    assert (inst["numa_node"], inst["cpuset"], inst["env"]["VLLM_CPU_OMP_THREADS_BIND"]) == (1, "4-7,12-23", "4-7,16-19")
-    assert "its 8 cores, the other 8 CPUs" in why(inst, "omp_threads_bind=4-7,16-19")
+    assert (inst["numa_node"], inst["cpuset"], inst["env"]["VLLM_CPU_OMP_THREADS_BIND"]) == (1, "3-7,11-23", "3-7,16-18")
+    assert inst["tensor_parallel_size"] == 1 and "--tensor-parallel-size" not in inst["args"]
+    assert "its 8 cores, the other 10 CPUs" in why(inst, "omp_threads_bind=3-7,16-18")
+    assert "NUMA node(s) [0] have less than half the cores of the largest (8)" in why(inst, "numa_nodes=1")
 
 
 def test_without_smt_the_binding_is_the_node_and_says_so():

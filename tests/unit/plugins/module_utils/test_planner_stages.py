@@ -288,7 +288,7 @@ def test_sizing_refuses_what_does_not_fit_with_the_longest_that_would():
     hw = hw_of("h200x1")
     s = staged(deployment(model="Qwen/Qwen3-32B", workload={"max_model_len": 40960, "concurrency": 1},
                           overrides={"gpu_memory_utilization": 0.3}), hw)
-    layout = types.SimpleNamespace(tp=1, instances=1, kv_dtype="auto")
+    layout = types.SimpleNamespace(tp=1, instances=1, kv_dtype="auto", pp=1)
     with pytest.raises(Refusal, match=r"does not fit|longest request that fits"):
         size_instances(s.m, s.req, s.p, layout, s.sizer, s.ctx)
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import metadata_needed
-from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, summary_table
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, ports_in_force, summary_table
 
 
-def vllm_plan(deployments, hardware, host="host", options=None):
+def vllm_plan(deployments, hardware, host="host", options=None, in_force=None):
+    options = dict(options or {})
+    if in_force is not None:
+        options["ports_in_force"] = ports_in_force(in_force)
     try:
-        return plan_host(str(host), hardware, deployments, dict(options or {}))
+        return plan_host(str(host), hardware, deployments, options)
     except PlanError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

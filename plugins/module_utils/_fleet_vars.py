@@ -63,7 +63,8 @@ FLEET_VARS: Dict[str, FleetVar] = {
                                  "another way).", default=True),
     "llmfleet_webui": FleetVar("false: webui.yml sets up no web UI on this host.", default=True),
     # plan options
-    "llmfleet_vllm_base_port": FleetVar("The first instance's port (plan option `base_port`).", default=8002),
+    "llmfleet_vllm_base_port": FleetVar("Where new instances' ports start (plan option `base_port`); an instance keeps the port "
+                                        "it has in the plan in force (docs/day2.md, Ports).", default=8002),
     "llmfleet_model_root": FleetVar("Folder the models live under, `<root>/<name>` each (plan option `model_root`; also "
                                     "`model_store_root`'s default).", default="/models"),
     "llmfleet_private_address": FleetVar("The host's private-network address: where its edge nginx listens for a gateway on "

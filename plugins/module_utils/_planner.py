@@ -32,6 +32,7 @@ from ._plan.memory import (  # noqa: F401
     Memory, as_allocated, cudagraph_capture_size, gdn_prefill_checkpoint, in_flight_tokens, kv_pool, memory_model, state_pages,
 )
 from ._plan.model import check_engine_runs, choose_model, extend_context, serving_source  # noqa: F401
+from ._plan.ports import HOST_PORT_USERS, PortAsk, Ports, assign_ports, host_ports, listen_ports, ports_in_force  # noqa: F401
 from ._plan.precision import CPU_BF16_MEASURED, choose_precision  # noqa: F401
 from ._plan.sharding import fp8_block_problems, valid_tp  # noqa: F401
 from ._plan.sizer import Sizer, gpu_budget  # noqa: F401

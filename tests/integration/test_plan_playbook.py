@@ -147,3 +147,31 @@ def test_the_secrets_the_roles_make_are_never_read_as_inventory(inventory, tmp_p
     for role in ("vllm", "webui", "gateway"):
         defaults = (pathlib.Path(ROOT) / "roles" / role / "defaults" / "main.yml").read_text()
         assert all("/.secrets/" in line for line in defaults.splitlines() if "inventory_dir" in line and "_file:" in line)
+
+
+def test_an_instance_keeps_its_port_when_a_deployment_is_inserted_before_it(tmp_path):
+    """The plan in force is the file the last run wrote: the second run reads it, and the instance that runs keeps its port."""
+    b = {"name": "b", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0"}, "gpus": [1]}
+    a = dict(b, name="a", gpus=[0])
+    run_plan("h100", tmp_path, llmfleet_deployments=[b])
+    first = json.loads((tmp_path / "h100-01.json").read_text())
+    assert first["ports"] == {"b-0": 8002}
+    result = run_plan("h100", tmp_path, llmfleet_deployments=[a, b])
+    assert result["stats"]["h100-01"]["failures"] == 0
+    second = json.loads((tmp_path / "h100-01.json").read_text())
+    assert second["ports"] == {"a-0": 8003, "b-0": 8002}
+    # what changes, per instance, against the plan in force: only the new one
+    diff = task_result(result, "plan_write | What changes per instance against the last plan written (<plan dir>/<host>.json; "
+                               "a failed gate may have restored older)", "h100-01")["msg"]
+    assert diff == ["a-0: new instance (vLLM 0.20.0)"], diff
+    # planned again from the file it just wrote: the same plan, so the plan file is not changed
+    again = run_plan("h100", tmp_path, llmfleet_deployments=[a, b])
+    assert task_result(again, "plan_write | Write the plan file", "h100-01")["changed"] is False
+
+
+def test_a_port_that_the_web_ui_holds_on_the_host_is_refused(tmp_path):
+    # h100-01 is in llm_webui: Open WebUI listens on webui_port (the webui role's default 3080)
+    deployments = [{"name": "a", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0"}, "gpus": 1, "port": 3080}]
+    result = run_plan("h100", tmp_path, llmfleet_deployments=deployments)
+    failed = task_result(result, "Stop on plans that cannot work", "h100-01")
+    assert "port 3080: a-0 (a: port 3080) asks for the port Open WebUI (webui_port) listens on" in failed["msg"], failed["msg"]

@@ -36,7 +36,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.base": {"_fleet_vars"},
     "_plan.memory": {"_engine", "_models", "_plan.base"},
     "_plan.stages": {"_engine", "_plan.base", "_plan.memory"},
-    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.stages", "_pooling"},
+    "_plan.ports": {"_plan.base"},
+    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.ports", "_plan.stages", "_pooling"},
     "_plan.pooling": {"_engine", "_models", "_plan.base", "_plan.stages", "_pooling"},
     "_plan.model": {"_engine", "_hf_names", "_host_needs", "_models", "_plan.base", "_plan.stages", "_vllm_archs"},
     # topology reads the model's heads (sharding.valid_tp) to lay TP ranks over a CPU host's NUMA nodes (issue 34)
@@ -53,11 +54,11 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.features": {"_engine", "_models", "_plan.base", "_plan.memory", "_plan.stages"},
     "_plan.instances": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.engine", "_plan.stages", "_plan.topology"},
     "_plan.compose": {"_engine", "_plan.base", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
-                      "_plan.layout", "_plan.model", "_plan.pooling", "_plan.precision", "_plan.sizer", "_plan.sizing",
+                      "_plan.layout", "_plan.model", "_plan.pooling", "_plan.ports", "_plan.precision", "_plan.sizer", "_plan.sizing",
                       "_plan.stages", "_plan.topology"},
     # the contract: re-exports the stages' names
     "_planner": {"_plan.base", "_plan.compose", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
-                 "_plan.layout", "_plan.memory", "_plan.model", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.sizing",
+                 "_plan.layout", "_plan.memory", "_plan.model", "_plan.ports", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.sizing",
                  "_plan.stages", "_plan.topology",
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},

@@ -15,7 +15,7 @@ GIB = 1024 ** 3
 MIB = 1024 ** 2
 
 
-# The first instance's port when the inventory gives none (field report 003's instances listened on 8002
+# Where new instances' ports start when the inventory gives none (field report 003's instances listened on 8002
 # and 8003 behind a gateway on 8001) and the models' folder: the collection's defaults of llmfleet_vllm_base_port
 # and llmfleet_model_root, which playbooks/plan.yml passes.
 DEFAULT_BASE_PORT: int = FLEET_VARS["llmfleet_vllm_base_port"].default

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Union
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .._engine import parse_version, vstr
 from .base import Ctx, Refusal
@@ -13,12 +13,13 @@ from .engine import engine_build
 from .features import choose_features
 from .hints import variant_fits
 from .inputs import check_deployments, check_host, read_request
-from .instances import cpu_instances, gpu_instances
+from .instances import cpu_instances, gpu_instances, with_port
 from .layout import choose_layout
 from .model import (
     check_architecture, check_engine_runs, check_remote_code, choose_model, extend_context, profile_summary, serving_source,
 )
 from .pooling import choose_runner, plan_fields
+from .ports import PortAsk, Ports, assign_ports
 from .precision import choose_precision
 from .sizer import Sizer, forced_seqs, gpu_budget
 from .sizing import CPU_DEFAULT_MAX_BATCHED, CPU_HOST_RESERVE_GIB, cpu_weights, size_cpu, size_instances
@@ -94,11 +95,30 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
         warnings += one.warnings
         taken.update({g: deps[i]["name"] for g in one.gpus})
         ports.update(one.ports)
+    in_force = dict(opts.ports_in_force or {})
+    book = _stable_ports([(deps[i], results[i]) for i in order], opts, in_force)
+    errors += book.errors
+    warnings += book.warnings
     planned = [results[i] for i in range(len(deps))]
     if errors:
         for dep in planned:
             dep["instances"] = []
-    return {"host": host, "hardware": json.loads(json.dumps(hw)), "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned}
+    return {"host": host, "hardware": json.loads(json.dumps(hw)), "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned,
+            # what the next plan keeps (ports.ports_in_force): a plan with errors starts nothing, so the ports in force stay
+            "ports": in_force if errors else {i["name"]: i["port"] for dep in planned for i in dep["instances"]}}
+
+
+def _stable_ports(planned: List[Tuple[Mapping[str, Any], Dict[str, Any]]], opts: HostOptions, in_force: Mapping[str, int]) -> Ports:
+    """Stage 11 over the host (ports.assign_ports): every instance moved to its port, in plan order, with the reason."""
+    asks = [PortAsk(d["name"], tuple(i["name"] for i in dep["instances"]), d.get("port")) for d, dep in planned]
+    book = assign_ports(asks, opts.base_port, in_force, opts.host_ports or {}, opts.edge_address)
+    for d, dep in planned:
+        for inst in dep["instances"]:
+            if inst["name"] in book.ports:
+                with_port(inst, book.ports[inst["name"]])
+        if d["name"] in book.why:
+            dep["reasons"].append(dict(zip(("decision", "why"), book.why[d["name"]])))
+    return book
 
 
 def summary_table(plan: Mapping[str, Any]) -> List[str]:

@@ -15,6 +15,7 @@ from .._hardware import HardwareError, validate_hardware
 from .._host_needs import SHUTDOWN_FLAG, NeedsError, edge_address
 from .._pooling import PoolingError, check_inventory_value
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
+from .ports import check_in_force, host_ports
 from .stages import HostOptions, Request
 
 
@@ -46,7 +47,8 @@ PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENGINE_KEYS = {"version", "image", "cuda"}
 # plan_host's options (playbooks/plan.yml fills them from the inventory)
-PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata"}
+PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata", "ports_in_force",
+                "host_ports"}
 WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
@@ -64,7 +66,11 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "engine": "Required: {version: \"0.18.0\"}; the image or package follows from the version and the hardware.",
     "overrides": "Force any planner decision (the overrides.* keys); the plan's reason then says \"forced by overrides\".",
     "served_name": "The model name clients ask for (the gateway routes by it); default: name.",
-    "port": f"The first instance's port (1024-65535); default: the host's next free port from llmfleet_vllm_base_port ({DEFAULT_BASE_PORT}).",
+    "port": "The deployment's port (1024-65535): instance k listens on port + k, every instance of the deployment. Two "
+            "users of one port on a host are refused, naming both: another deployment's instance, the port an instance of the "
+            "plan in force holds, the gateway's, the web UI's or the model share's listener. Default: the port the instance has "
+            "in the plan in force (it keeps it whatever is added or removed), else the lowest free port from "
+            f"llmfleet_vllm_base_port ({DEFAULT_BASE_PORT}).",
     "extra_args": "Flags appended after the planned ones, e.g. [--enable-prefix-caching]; a flag the planner writes is refused "
                   "(naming the overrides key), one this engine version lacks too.",
     "trust_remote_code": "false (default) or true: lets vLLM run the Python code the model's repository ships (its config.json or "
@@ -116,7 +122,13 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.image": "As engine.image, but wins over it.",
     "overrides.cpu_kvcache_space_gib": "CPU hosts: VLLM_CPU_KVCACHE_SPACE in GiB instead of what the requests need.",
     "overrides.expert_parallel": "true adds --enable-expert-parallel; false forbids it (FP8 block checkpoints then exclude the TP sizes that need it).",
-    "options.base_port": f"llmfleet_vllm_base_port: the first port of the host's instances (default {DEFAULT_BASE_PORT}).",
+    "options.base_port": f"llmfleet_vllm_base_port: where new instances' ports start (default {DEFAULT_BASE_PORT}); an instance "
+                         "that has a port in the plan in force keeps it.",
+    "options.ports_in_force": "Set by plan.yml, not in the inventory: the port of each instance in the plan in force "
+                              "(<llmfleet_plan_dir>/<host>.json, the last plan written), by instance name; empty on the first run.",
+    "options.host_ports": "Set by plan.yml, not in the inventory: the host's other listeners by the variable that sets them - "
+                          "gateway_listen (and gateway_tls_listen with TLS) on an llm_gateway host, gateway_webui_listen and "
+                          "webui_port on an llm_webui host, model_store_share_port with model_store_distribution via_peer.",
     "options.model_root": "llmfleet_model_root: the folder fetched models go to, <root>/<name> (default /models).",
     "options.gateway_on_host": "Whether the host is in llm_gateway: the engine listens on loopback and no edge nginx is planned.",
     "options.private_address": "llmfleet_private_address: where this host's edge nginx listens for the gateway when that runs "
@@ -221,7 +233,9 @@ def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -
     except (HardwareError, NeedsError) as exc:
         raise PlanError(str(exc)) from exc
     return hw, HostOptions(bind_why=bind_why, edge_address=edge, base_port=base_port, model_root=root,
-                           hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"))
+                           hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"),
+                           ports_in_force=check_in_force(options.get("ports_in_force"), host),
+                           host_ports=host_ports(options.get("host_ports"), host))
 
 
 def _whole(value: Any) -> bool:

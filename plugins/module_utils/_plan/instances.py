@@ -18,11 +18,28 @@ from .stages import Budget, Build, CpuLayout, CpuSizing, Features, HostOptions, 
 from .topology import cpu_binding, cpu_rank_binding, group_warnings, groups_reason, numa_of, tp_groups
 
 
-def _port_of(d: Mapping[str, Any], base: int, used: set) -> int:
-    port = d.get("port") or base
+def _port_of(d: Mapping[str, Any], base: int, used: set, k: int = 0) -> int:
+    """Instance k's port when the deployment is planned on its own: its port + k, else the lowest from `base` not in `used`.
+    The host's plan decides the final one (ports.assign_ports, then with_port)."""
+    if d.get("port"):
+        return int(d["port"]) + k
+    port = base
     while port in used:
         port += 1
     return port
+
+
+def with_port(instance: Dict[str, Any], port: int) -> Dict[str, Any]:
+    """The instance moved to `port`: the field, the command line's --port, its edge's port, and its hash again."""
+    if instance["port"] == port:
+        return instance
+    args = instance["args"]
+    args[args.index("--port") + 1] = str(port)
+    instance["port"] = port
+    if instance.get("edge"):
+        instance["edge"] = dict(instance["edge"], port=port)
+    instance.pop("plan_hash", None)
+    return _hashed(instance)
 
 
 def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
@@ -101,7 +118,7 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
     out: List[Dict[str, Any]] = []
     for k, group in enumerate(groups):
         node, cpuset = numa_of(group, hw, ctx.warnings, f"{name}-{k}")
-        port = _port_of(d if k == 0 else {}, options.base_port, used)
+        port = _port_of(d, options.base_port, used, k)
         used.add(port)
         env: Dict[str, str] = {}
         if vendor == "nvidia":
@@ -182,7 +199,7 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
     used = set(ports)
     out: List[Dict[str, Any]] = []
     for k, (node, cpuset, bind) in enumerate(bindings):
-        port = _port_of(d if k == 0 else {}, options.base_port, used)
+        port = _port_of(d, options.base_port, used, k)
         used.add(port)
         args = launch_args(replace(launch, port=port)) + extra_args
         env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))

@@ -146,13 +146,18 @@ class HostOptions:
     model_root: str = DEFAULT_MODEL_ROOT
     hyhal_dir: Optional[str] = None
     model_metadata: Optional[Mapping[str, Any]] = None
+    # the plan in force's ports by instance name (ports.ports_in_force), and the host's other listeners: port -> (what,
+    # the variable that sets it) (ports.host_ports); both checked by inputs.check_host
+    ports_in_force: Optional[Mapping[str, int]] = None
+    host_ports: Optional[Mapping[int, Tuple[str, str]]] = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> "HostOptions":
         """From a mapping with the same keys (a test's, or a caller's that ran edge_address itself)."""
         return cls(bind_why=options["bind_why"], edge_address=options.get("edge_address"),
                    base_port=options.get("base_port", DEFAULT_BASE_PORT), model_root=options.get("model_root", DEFAULT_MODEL_ROOT),
-                   hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"))
+                   hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"),
+                   ports_in_force=options.get("ports_in_force"), host_ports=options.get("host_ports"))
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,7 @@ def gateway_role_files() -> List[dict]:
 def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen: str, api_keys: List[Dict[str, str]],
                    engine_key: str) -> str:
     """The gateway's nginx tree for `plans`, rendered by Ansible as the gateway role renders it (its defaults, its filters
-    gateway_api_keys and gateway_model, its template list through llmfleet.serving.config_tree, which checks the staging
+    gateway_api_keys, gateway_client_policy and gateway_model, its template list through llmfleet.serving.config_tree, which checks the staging
     copy with `nginx -t` before it installs the tree) into where/etc; the pid file moved into the tree so that the test's
     nginx runs beside the machine's. Returns the tree's root."""
     root, staging = os.path.join(where, "etc"), os.path.join(where, "staging")
@@ -229,6 +229,9 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
              "vars_files": [os.path.join(ROOT, "roles", "gateway", "defaults", "main.yml"), settings],
              "tasks": [{"name": "keys", "ansible.builtin.set_fact": {"__gateway_keys": "{{ gateway_api_keys | llmfleet.serving.gateway_api_keys }}"},
                         "no_log": True},
+                       {"name": "policy", "ansible.builtin.set_fact": {"__gateway_client_policy": (
+                           "{{ {'key_max_conns': gateway_key_max_conns, 'address_max_conns': gateway_address_max_conns, "
+                           "'plain_allow': gateway_tls_plain_allow} | llmfleet.serving.gateway_client_policy }}")}},
                        {"name": "routes", "ansible.builtin.set_fact": {
                            "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}},
                        {"name": "render", "llmfleet.serving.config_tree": {

@@ -12,6 +12,11 @@ Facts behind the numbers (nginx 1.22 ngx_http_upstream_module and ngx_http_proxy
   the engine is closing: vLLM runs uvicorn, whose default timeout_keep_alive is 5 s
   (uvicorn/config.py `timeout_keep_alive: int = 5`), so 4 s.
 - never `proxy_next_upstream non_idempotent`: a POST the engine received would run a second generation.
+- limit_conn counts a connection only once its whole request header is read and a request is being processed
+  (nginx.org/en/docs/http/ngx_http_limit_conn_module.html; docs/sources.md#nginx-before-body); an empty key is not
+  counted. So the per-key zone is keyed by the key's name (never the key), and a request refused by the server-level
+  key check (rewrite phase, before the preaccess phase where limit_conn runs) is counted by neither zone: it holds
+  no body buffer either.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ LOOPBACK = "127.0.0.1"
 UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
 # out_of_rotation: the instances ("host/instance") the gateway's rotation state holds out; their servers are rendered `down`
 DEFAULTS: Dict[str, Any] = {"keepalive": 16, "max_fails": 2, "fail_timeout": "10s", "out_of_rotation": ()}
+# requests in flight at once per client key and per client address (limit_conn; 0: no limit), and who may use the
+# plain-HTTP listeners when TLS is on (loopback: this host's own clients). The role's defaults say the same.
+CLIENT_POLICY: Dict[str, Any] = {"key_max_conns": 128, "address_max_conns": 256, "plain_allow": ("127.0.0.0/8", "::1")}
+# the role variable behind each option, named in messages
+CLIENT_POLICY_VARS = {"key_max_conns": "gateway_key_max_conns", "address_max_conns": "gateway_address_max_conns",
+                      "plain_allow": "gateway_tls_plain_allow"}
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
@@ -135,6 +146,34 @@ def api_keys(keys: Any) -> List[Dict[str, str]]:
         names.add(name)
         digests.add(digest)
         out.append({"name": name, "sha256": digest})
+    return out
+
+
+def client_policy(options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The gateway's limits per client: requests in flight per key and per address (limit_conn, 0: none), and the
+    addresses or networks that may still use the plain-HTTP listeners when TLS is on (normalized, sorted)."""
+    opts = dict(CLIENT_POLICY, **(options or {}))
+    unknown = sorted(set(opts) - set(CLIENT_POLICY))
+    if unknown:
+        raise GatewayError(f"unknown client policy options {unknown}; known: {sorted(CLIENT_POLICY)}")
+    out: Dict[str, Any] = {}
+    for name in ("key_max_conns", "address_max_conns"):
+        value = opts[name]
+        text = str(value).strip()
+        if isinstance(value, bool) or not text.isdigit():
+            raise GatewayError(f"{CLIENT_POLICY_VARS[name]}={value!r} must be a whole number of requests in flight at once "
+                               "(0: no limit)")
+        out[name] = int(text)
+    allow = opts["plain_allow"]
+    if isinstance(allow, (str, bytes)) or not isinstance(allow, Sequence):
+        raise GatewayError(f"gateway_tls_plain_allow must be a list of addresses or networks, got {type(allow).__name__}")
+    networks = set()
+    for item in allow:
+        try:
+            networks.add(ipaddress.ip_network(str(item).strip(), strict=False))
+        except ValueError as exc:
+            raise GatewayError(f"gateway_tls_plain_allow: {item!r} is not an address or network (such as 10.0.0.0/8)") from exc
+    out["plain_allow"] = [str(n) for n in sorted(networks, key=lambda n: (n.version, n))]
     return out
 
 

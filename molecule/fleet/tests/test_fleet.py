@@ -4,6 +4,7 @@ Traffic goes only to the lab's own containers (172.30.77.0/24, fixed in molecule
 load is bounded (fixed counts, timeouts)."""
 
 import concurrent.futures
+import http.client
 import json
 import os
 import pathlib
@@ -329,6 +330,38 @@ def test_tls_with_the_self_signed_certificate_of_the_gateway_host(tmp_path):
     assert status == 401, "over TLS the key is checked the same"
     with socket.create_connection(("172.30.77.10", 443), timeout=10) as raw, context.wrap_socket(raw, server_hostname="172.30.77.10") as tls:
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def test_tls_on_plain_http_from_outside_the_allowed_addresses_gets_426_and_no_engine():
+    """gateway_tls_plain_allow here: loopback, the three lab hosts and the controller's bridge address (172.30.77.1,
+    what every other test sends from). The controller's other addresses (the host's own network, docker0) are outside
+    it: from there plain HTTP gets 426 on every path but /health, with a key or without, never the engine's answer;
+    the access log names the key that crossed in clear text (the one to replace) and no upstream."""
+    addresses = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout.split()
+    sources = [a.split("/")[0] for a in addresses if "/" in a and not a.startswith(("127.", "172.30.77."))]
+    assert sources, f"the controller has no address outside loopback and the lab's network to test from: {addresses}"
+    gateway = host("llmfleet-fleet-gateway")
+    before = len(gateway.file(ACCESS_LOG).content_string.splitlines())
+    body = json.dumps({"model": "tiny-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    seen = {}
+    for path, key, payload in (("/v1/chat/completions", LOAD_KEY, body), ("/v1/chat/completions", None, body),
+                               ("/v1/models", LOAD_KEY, None), ("/health", None, None)):
+        conn = http.client.HTTPConnection("172.30.77.10", 80, timeout=30, source_address=(sources[0], 0))
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        conn.request("POST" if payload else "GET", path, body=payload, headers=headers)
+        answer = conn.getresponse()
+        seen[(path, key is not None)] = (answer.status, answer.getheader("Upgrade"), answer.read().decode())
+        conn.close()
+    print(f"[fleet] plain HTTP from {sources[0]} with TLS on: " + ", ".join(f"{p}{' +key' if k else ''} {v[0]}" for (p, k), v in seen.items()))
+    for (path, _keyed), (status, upgrade, text) in seen.items():
+        if path == "/health":
+            assert status == 200
+            continue
+        assert status == 426 and upgrade and error_shape(text)["code"] == "https_required", (path, status, text)
+    lines = [json.loads(line) for line in gateway.file(ACCESS_LOG).content_string.splitlines()[before:]]
+    refused = [line for line in lines if line["remote_addr"] == sources[0] and line["status"] == "426"]
+    assert len(refused) == 3 and all(line["upstream_addr"] == "" for line in refused), refused
+    assert sorted(line["key_name"] for line in refused) == ["", "load", "load"], refused
 
 
 def run_playbook(name, *extra):

@@ -1,4 +1,7 @@
-// llmfleet.serving gateway: key check, routing by the JSON body's `model`, /v1/models (njs 0.7.9).
+// llmfleet.serving gateway: the key's name, routing by the JSON body's `model`, /v1/models (njs 0.7.9).
+// The key is checked from the headers before anything else (gateway.conf answers 401 in the server's rewrite phase,
+// through keyName below): js_content reads the whole body before route() runs, so route() and models() only ever
+// see requests with a valid key. Their own check stays as a second guard.
 import data from 'gateway_data.js';
 
 var crypto = require('crypto');
@@ -8,7 +11,7 @@ function fail(r, status, message, type, code) {
     r.return(status, JSON.stringify({error: {message: message, type: type, param: null, code: code}}));
 }
 
-// js_set: the name of the client's key, or '' (the key itself is never stored or logged)
+// js_set: the name of the client's key, or '' (the key itself is never stored or logged); headers only, no body
 function keyName(r) {
     var header = r.headersIn['Authorization'] || '';
     if (header.substring(0, 7) !== 'Bearer ') {

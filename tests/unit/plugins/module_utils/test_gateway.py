@@ -144,7 +144,9 @@ def test_the_filters_read_hostvars_and_turn_errors_into_filter_errors(tmp_path):
     with pytest.raises(AnsibleFilterError, match="16-256"):
         gateway_filter.gateway_api_keys([{"name": "a", "key": "x"}])
     assert set(gateway_filter.FilterModule().filters()) == {"gateway_plans", "gateway_model", "gateway_api_keys",
-                                                            "gateway_addresses", "gateway_edge"}
+                                                            "gateway_addresses", "gateway_edge", "gateway_client_policy"}
+    with pytest.raises(AnsibleFilterError, match="gateway_key_max_conns"):
+        gateway_filter.gateway_client_policy({"key_max_conns": -1})
 
 
 def test_the_reference_inventories_plans_make_a_gateway():
@@ -160,7 +162,9 @@ def test_the_reference_inventories_plans_make_a_gateway():
     assert len(edge["servers"]) == sum(len(d["instances"]) for d in remote["deployments"])
 
 
-def _render(tmp_path, model, edge=None, webui=None, tls_dir=None):
+def _render(tmp_path, model, edge=None, webui=None, tls_dir=None, **values):
+    """The role's templates rendered into tmp_path/etc with the test's values (`values` override them, such as the
+    listeners or __gateway_client_policy)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined)
     env.filters["to_json"] = json.dumps
     env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("true", "yes", "1")
@@ -173,7 +177,9 @@ def _render(tmp_path, model, edge=None, webui=None, tls_dir=None):
            "gateway_proxy_connect_timeout": "5s", "__gateway_engine_key": "E" * 48,
            "__gateway_keys": gw.api_keys([{"name": "t", "key": "k" * 32}]), "__gateway_edge": edge,
            "__gateway_webui": webui, "gateway_webui_client_max_body_size": "25m",
-           "__gateway_tls_enabled": bool(tls_dir), "__gateway_tls_dir": str(tls_dir), "gateway_tls_listen": ["127.0.0.1:18443 ssl"]}
+           "__gateway_tls_enabled": bool(tls_dir), "__gateway_tls_dir": str(tls_dir), "gateway_tls_listen": ["127.0.0.1:18443 ssl"],
+           "__gateway_client_policy": gw.client_policy()}
+    ctx.update(values)
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else
                  {"gateway.conf.j2": "llmfleet/gateway.conf", "engine_auth.inc.j2": "llmfleet/engine_auth.inc",

@@ -121,13 +121,14 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
         node, cpuset = numa_of(group, hw, ctx.warnings, f"{name}-{k}")
         port = _port_of(d if k == 0 else {}, options.base_port, used)
         used.add(port)
-        env: Dict[str, str] = dict(pinned)
+        env: Dict[str, str] = {}
         if vendor == "nvidia":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
         else:
             env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
             if tp > 1 and vendor == "hygon":
                 env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
+        env.update(pinned)
         if vendor == "nvidia" and p.cc < 75 and tp > 1:   # field report 000's working V100 setting (the default 300 s cut Triton JIT)
             env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
         if feats.backend and not has_flag(version, "--attention-backend"):

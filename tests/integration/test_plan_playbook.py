@@ -115,11 +115,12 @@ def test_bind_address_never_falls_back_to_ansible_host(tmp_path):
     assert result["stats"]["h100-01"]["failures"] == 0
     plan = json.loads((tmp_path / "h100-01.json").read_text())
     for inst in plan["deployments"][0]["instances"]:
-        # an H100 plan names an image: the engine runs in Docker, listens on every address of its container's own network,
-        # and Docker publishes the port on bind_address (loopback) alone
-        assert inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "0.0.0.0"
+        # an H100 plan names an image: the engine runs in Docker with the host's network and listens on its loopback, the
+        # bind address, as a unit does (issue 35)
+        assert inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "127.0.0.1"
+        assert inst["container_network"] == "host"
         assert any(r["decision"] == "bind_address=127.0.0.1" and "no llmfleet_private_address" in r["why"] for r in inst["reasons"])
-        assert any(r["decision"] == "host=0.0.0.0" and "publishes the port on bind_address (127.0.0.1) only" in r["why"] for r in inst["reasons"])
+        assert any(r["decision"] == "host=127.0.0.1" and "container_network=host" in r["why"] for r in inst["reasons"])
     result = run_engine_only(tmp_path, ansible_host="203.0.113.10", llmfleet_private_address="10.20.0.5")
     assert result["stats"]["h100-01"]["failures"] == 0
     plan = json.loads((tmp_path / "h100-01.json").read_text())

@@ -117,6 +117,8 @@ def test_each_unit_runs_its_plan_as_the_engine_user_with_the_key_only_in_its_pro
         assert env.mode == 0o640 and env.user == "root" and env.group == "llmfleet-vllm"
         assert f'VLLM_API_KEY="{key}"' in env.content_string
         assert f'VLLM_CACHE_ROOT="/var/lib/llmfleet/vllm/{name}/vllm"' in env.content_string
+        # the engine's own listeners pinned to loopback by the plan (issue 35)
+        assert 'GLOO_SOCKET_IFNAME="lo"' in env.content_string and 'VLLM_HOST_IP="127.0.0.1"' in env.content_string
         cache = h.file(f"/var/lib/llmfleet/vllm/{name}")
         assert cache.is_directory and cache.user == "llmfleet-vllm"
         unit = h.file(f"/etc/systemd/system/llmfleet-vllm-{name}.service").content_string

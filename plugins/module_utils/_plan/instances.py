@@ -10,7 +10,8 @@ from dataclasses import replace
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Union
 
 from .._engine import Version, cudagraph_memory_counted, has_flag, vstr
-from .._host_needs import HYHAL_DIR, LOOPBACK, device_access, engine_host, os_packages, stop_timeout
+from .._host_needs import (CONTAINER_NETWORK, HYHAL_DIR, LOOPBACK, device_access, engine_host, loopback_env, os_packages, stop_timeout,
+                           tcp_rendezvous)
 from .._models import ModelProfile
 from .base import GIB, Ctx, gib
 from .engine import extras, launch_args, startup_budget
@@ -45,11 +46,27 @@ def with_port(instance: Dict[str, Any], port: int) -> Dict[str, Any]:
 def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
                  options: HostOptions, drain_s: int, version: Optional[Version] = None) -> Dict[str, Any]:
     """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
-    return {"vendor": vendor, "bind_address": LOOPBACK,
+    return {"vendor": vendor, "bind_address": LOOPBACK, "container_network": CONTAINER_NETWORK,
             "edge": {"address": options.edge_address, "port": port} if options.edge_address else None,
             "model_dir": model_dir, "image_cuda": image_cuda,
             "access": device_access(vendor, gpus, str(options.hyhal_dir or HYHAL_DIR)), "os_packages": os_packages(package, version),
             "stop_timeout_s": stop_timeout()[0], "drain_timeout_s": drain_s}
+
+
+def _loopback_env(vendor: str, version: Version, extra_env: Mapping[str, str], ctx: Ctx, name: str) -> Dict[str, str]:
+    """The variables that keep the engine's own listeners on loopback (_host_needs.loopback_env), with their reason. The
+    inventory's extra_env goes after them, so one it sets wins, with a warning; an engine version that rendezvouses over a
+    TCPStore (_host_needs.tcp_rendezvous) gets a warning too: no variable pins that listener."""
+    env, why = loopback_env(vendor)
+    ctx.why(",".join(f"{k}={v}" for k, v in env.items()), why)
+    replaced = [f"{k}={extra_env[k]}" for k in env if k in extra_env and str(extra_env[k]) != env[k]]
+    if replaced:
+        ctx.warnings.append(f"{name}: extra_env {', '.join(replaced)} replaces the plan's loopback pin: the engine's own listeners "
+                            "may then answer on that interface to anyone who reaches it")
+    note = tcp_rendezvous(version)
+    if note:
+        ctx.warnings.append(f"{name}: {note}")
+    return env
 
 
 def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
@@ -77,7 +94,7 @@ def _pooled(instance: Dict[str, Any], pooling: Optional[Mapping[str, Any]], enco
 def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, feats: Features,
             serving: Serving, sizing: Union[Sizing, CpuSizing], ctx: Ctx) -> Launch:
     """The command line every instance of the deployment shares, as on a CPU host; gpu_instances adds the GPU's part.
-    --host is the bind address, or every address inside the docker runtime's container (_host_needs.engine_host)."""
+    --host is the bind address on both runtimes: the docker runtime's container shares the host's network (_host_needs.engine_host)."""
     host, why = engine_host(build.image)
     if why:
         ctx.why(f"host={host}", why)
@@ -114,6 +131,7 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
                      attention_backend=feats.backend, encoder_backend=feats.encoder, expert_parallel=layout.expert_parallel)
     budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
+    pinned = _loopback_env(vendor, version, extra_env, ctx, name)
     used = set(ports)
     out: List[Dict[str, Any]] = []
     for k, group in enumerate(groups):
@@ -127,6 +145,7 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
             if tp > 1 and vendor == "hygon":
                 env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
+        env.update(pinned)
         if vendor == "nvidia" and p.cc < 75 and tp > 1:   # field report 000's working V100 setting (the default 300 s cut Triton JIT)
             env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
         if feats.backend and not has_flag(version, "--attention-backend"):
@@ -190,6 +209,7 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
         bindings = [cpu_binding(hw, ctx)]
     launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), tensor_parallel_size=tp)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
+    pinned = _loopback_env("cpu", version, extra_env, ctx, name)
     if build.image:
         ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
     if build.package and "g++" in os_packages(build.package, version):
@@ -202,7 +222,7 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
         port = _port_of(d, options.base_port, used, k)
         used.add(port)
         args = launch_args(replace(launch, port=port)) + extra_args
-        env = dict(extra_env, VLLM_CPU_KVCACHE_SPACE=str(sizing.space_gib))
+        env = {**pinned, **extra_env, "VLLM_CPU_KVCACHE_SPACE": str(sizing.space_gib)}
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         instance = {

@@ -74,16 +74,22 @@ def test_bind_address_is_decided_with_a_reason_and_never_public():
             plan_host("h", BIG_CPU, [dep("Qwen3-8B")], {"private_address": bad})
 
 
-def test_the_docker_runtime_listens_inside_its_container_by_the_plan_with_a_reason():
-    """The plan, not the role, says where a containerized engine listens: a plan that names an image runs in Docker, its
-    --host is every address of the container's own network, and Docker publishes the port on bind_address alone."""
+def test_the_docker_runtime_listens_on_the_hosts_loopback_by_the_plan_with_a_reason():
+    """Issue 35: the plan, not the role, says where a containerized engine listens. A plan that names an image runs in
+    Docker with the host's network (container_network=host) and its --host is the bind address, loopback, as a venv
+    engine's: no neighbour container, bridge address or other machine reaches it; the edge, on the private address,
+    fronts it. Before, --host was 0.0.0.0 inside the container's own bridge network."""
     assert needs.engine_host(None) == ("127.0.0.1", None)
     host, why = needs.engine_host("vllm/vllm-openai:v0.17.0")
-    assert host == needs.CONTAINER_HOST == "0.0.0.0" and "publishes the port on bind_address (127.0.0.1) only" in why and "same Docker bridge" in why
-    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": {"version": "0.17.0"}}])
+    assert host == needs.LOOPBACK == "127.0.0.1" and needs.CONTAINER_NETWORK == "host"
+    assert "container_network=host" in why and "no other container, bridge address or machine reaches it" in why
+    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": {"version": "0.17.0"}}],
+                    {"private_address": "10.1.2.3"})
     for inst in gpu["deployments"][0]["instances"]:
-        assert inst["image"] and inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "0.0.0.0"
-        assert [r["why"] for r in inst["reasons"] if r["decision"] == "host=0.0.0.0"] == [why]
+        assert inst["image"] and inst["container_network"] == "host" and inst["bind_address"] == "127.0.0.1"
+        assert inst["args"][inst["args"].index("--host") + 1] == "127.0.0.1" and "0.0.0.0" not in inst["args"]
+        assert inst["edge"] == {"address": "10.1.2.3", "port": inst["port"]}
+        assert [r["why"] for r in inst["reasons"] if r["decision"] == "host=127.0.0.1"] == [why]
     [cpu] = plan_host("h", BIG_CPU, [dep("Qwen3-8B")])["deployments"][0]["instances"]
     assert cpu["package"] and not cpu["image"] and not any(r["decision"].startswith("host=") for r in cpu["reasons"])
 

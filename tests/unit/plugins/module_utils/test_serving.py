@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_instances
+from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils import _serving as serving
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
@@ -37,10 +38,12 @@ def test_v100_plan_becomes_containers_with_gpus_by_index_and_a_loopback_port():
         assert "CUDA_VISIBLE_DEVICES" not in spec["env"]
         assert spec["env"]["VLLM_API_KEY"] == KEY
         host, port = serving.bind_of(inst)
-        assert spec["published_ports"] == [f"{host}:{port}:{port}"]
-        # exactly the plan's arguments: its --host is every address inside the container (the planner's decision)
-        assert spec["command"] == inst["args"] and spec["command"][spec["command"].index("--host") + 1] == "0.0.0.0"
-        assert spec["ipc_mode"] == "private" and "no-new-privileges" in spec["security_opts"]
+        # issue 35: the host's network, no address of its own and no published port; the engine on the host's loopback
+        assert spec["network_mode"] == inst["container_network"] == "host" and "published_ports" not in spec
+        # exactly the plan's arguments: its --host is the bind address, as a unit's (the planner's decision)
+        assert spec["command"] == inst["args"] and spec["command"][spec["command"].index("--host") + 1] == host == "127.0.0.1"
+        assert spec["command"][spec["command"].index("--port") + 1] == str(port)
+        assert spec["ipc_mode"] == "private" and "no-new-privileges" in spec["security_opts"] and spec["cap_drop"] == ["NET_RAW"]
         model = next(m for m in spec["mounts"] if m["target"] == inst["model_dir"])
         assert inst["args"][0] == inst["model_dir"] and inst["bind_address"] == host == "127.0.0.1"
         assert model["read_only"] is True
@@ -50,12 +53,17 @@ def test_v100_plan_becomes_containers_with_gpus_by_index_and_a_loopback_port():
 
 
 def test_a_host_that_does_not_suit_the_runtime_is_refused_not_rewritten():
-    """A plan from before the planner decided the container's --host (loopback inside the container: the published port
-    would reach nothing), or a venv engine on every address of the host: refused, naming what to do."""
+    """A plan from before issue 35 (--host 0.0.0.0 in the container's own bridge network, which the host's users and every
+    container on the bridge reach), a container network other than the host's, or a venv engine on every address of the
+    host: refused, naming what to do."""
     [gpu] = instances("h100")[:1]
-    old = dict(gpu, args=[("127.0.0.1" if a == "0.0.0.0" else a) for a in gpu["args"]])
-    with pytest.raises(serving.ServingError, match=r"--host is 127\.0\.0\.1, but the docker runtime .*older planner or edited by hand"):
+    old = dict(gpu, args=[("0.0.0.0" if a == "127.0.0.1" else a) for a in gpu["args"]])
+    with pytest.raises(serving.ServingError, match=r"--host is 0\.0\.0\.0, but the docker runtime .*bind_address alone \(127\.0\.0\.1\)"
+                                                   r".*older planner or edited by hand"):
         serving.docker_spec(old, cache_dir="/c", patches_dir="/p", api_key=KEY)
+    for network in ("bridge", None):
+        with pytest.raises(serving.ServingError, match=f"container_network is {network or 'missing'}, but the docker runtime .*plan.yml again"):
+            serving.docker_spec(dict(gpu, container_network=network), cache_dir="/c", patches_dir="/p", api_key=KEY)
     [cpu] = serving.plan_instances(cpu_plan())
     assert serving.runtime_args(cpu, "systemd") == cpu["args"]
     wide = dict(cpu, args=[("0.0.0.0" if a == "127.0.0.1" else a) for a in cpu["args"]])
@@ -64,6 +72,40 @@ def test_a_host_that_does_not_suit_the_runtime_is_refused_not_rewritten():
     twice = dict(cpu, args=[*cpu["args"], "--host=127.0.0.1"])
     with pytest.raises(serving.ServingError, match=r"--host is 127\.0\.0\.1, 127\.0\.0\.1"):
         serving.runtime_args(twice, "systemd")
+
+
+def test_a_docker_instance_is_reached_through_the_edge_as_a_unit_is():
+    """Issue 35: an engine host whose gateway runs elsewhere. The docker runtime's container listens where a systemd unit
+    does, on the host's loopback at the planned port, and the edge (gateway role) listens on the private address and passes
+    the allow-listed paths to exactly that loopback port; nothing else of the container is reachable (no published port,
+    no address of its own)."""
+    gpu = plan_of("h100", gateway_on_host=False, private_address="10.0.0.5")
+    cpu = plan_host("cpu-01", CPU_HW, CPU_QWEN3_SMALL, {"gateway_on_host": False, "private_address": "10.0.0.6"})
+    for plan, runtime in ((gpu, "docker"), (cpu, "systemd")):
+        edge = gw.edge_model(plan, ["10.0.0.1"])
+        items = vllm_instances(plan, KEY, {})
+        assert [i["runtime"] for i in items] == [runtime] * len(items) and len(edge["servers"]) == len(items)
+        for item, server in zip(items, edge["servers"]):
+            inst = item["plan"]
+            command = item["docker"]["command"] if runtime == "docker" else inst["args"]
+            listens = f"{command[command.index('--host') + 1]}:{command[command.index('--port') + 1]}"
+            assert listens == server["backend"] == f"127.0.0.1:{inst['port']}" == item["url"].removeprefix("http://")
+            assert server["listen"] == f"{inst['edge']['address']}:{inst['port']}"
+            if runtime == "docker":
+                assert item["docker"]["network_mode"] == "host" and "published_ports" not in item["docker"]
+
+
+def test_the_role_passes_the_whole_container_spec_to_docker():
+    """roles/vllm/tasks/instance_apply.yml gives community.docker.docker_container what docker_spec decides, the network
+    mode and dropped capabilities included, and nothing docker_spec does not make (no published port)."""
+    tasks = yaml.safe_load((pathlib.Path(ROOT) / "roles" / "vllm" / "tasks" / "instance_apply.yml").read_text())
+    [task] = [t for t in tasks if "community.docker.docker_container" in t]
+    passed = {k for k, v in task["community.docker.docker_container"].items() if "__vllm_instance.docker." in str(v)}
+    spec = serving.docker_spec(instances("h100")[0], cache_dir="/c", patches_dir="/p", api_key=KEY)
+    optional = {"cpuset_cpus", "cpuset_mems", "device_requests", "devices", "groups"}
+    assert passed - optional == set(spec) - optional
+    assert task["community.docker.docker_container"]["network_mode"] == "{{ __vllm_instance.docker.network_mode }}"
+    assert "published_ports" not in task["community.docker.docker_container"]
 
 
 def test_patches_are_mounted_read_only_and_loaded_by_env():

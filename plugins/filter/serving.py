@@ -8,14 +8,20 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._engine import image_pinned as engine_image_pinned
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine_keys import EngineKeyError, config_text
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import ENGINE_DEFAULTS
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
-    NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, env_file, instance_env, plan_instances, stale_names, systemd_unit,
-    unit_name)
+    NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, engine_keys, env_file, instance_env, plan_instances, stale_names,
+    systemd_unit, unit_name)
 
 # The role's settings: the engine defaults of the collection (_fleet_vars.ENGINE_DEFAULTS), the extra environment and
 # the name of the plan's variable (for the messages).
 DEFAULTS = dict(ENGINE_DEFAULTS, entrypoint=list(ENGINE_DEFAULTS["entrypoint"]), extra_env={}, plan_source="llmfleet_plan")
+
+
+def keys_path(state_dir, name):
+    """The file on the host that holds an instance's keys while it accepts two (a key rotation): beside its cache folder."""
+    return f"{state_dir}/{name}.api_keys.yaml"
 
 
 def vllm_instances(plan, api_key, settings=None):
@@ -31,6 +37,8 @@ def vllm_instances(plan, api_key, settings=None):
             name = unit_name(inst)
             host, port = bind_of(inst)
             cache_dir = f"{opts['state_dir']}/{inst['name']}"
+            keys = engine_keys(inst, api_key)
+            keys_file = keys_path(opts["state_dir"], inst["name"])
             item = {"name": inst["name"], "unit": name, "runtime": runtime, "deployment": inst["deployment"],
                     "engine_version": inst["engine_version"], "served_model_name": inst.get("served_model_name"),
                     "url": f"http://{host}:{port}", "port": port,
@@ -38,9 +46,12 @@ def vllm_instances(plan, api_key, settings=None):
                     "model_dir": inst["model_dir"], "os_packages": list(inst["os_packages"]),
                     "patches": list(inst.get("patches") or []),
                     "stop_timeout_s": int(inst["stop_timeout_s"]), "drain_timeout_s": int(inst["drain_timeout_s"]),
-                    "plan_hash": inst.get("plan_hash"), "plan": inst}
+                    "plan_hash": inst.get("plan_hash"), "plan": inst,
+                    # the --config file of a rotation's two keys (0640; the engine's group reads it), empty with one key
+                    "keys_path": keys_file, "keys_text": config_text(keys) if len(keys) > 1 else "",
+                    "keys_group": "root" if runtime == "docker" else str(opts["user"])}
             if runtime == "docker":
-                item["docker"] = docker_spec(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], api_key=api_key,
+                item["docker"] = docker_spec(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], api_key=keys, keys_file=keys_file,
                                              shm_size=opts["shm_size"], ipc_host=opts["ipc_host"],
                                              restart_policy=opts["restart_policy"], entrypoint=opts["entrypoint"],
                                              extra_env=opts["extra_env"])
@@ -48,13 +59,14 @@ def vllm_instances(plan, api_key, settings=None):
                 venv = f"{opts['venv_root']}/{inst['engine_version']}"
                 env_path = f"{opts['env_dir']}/{inst['name']}.env"
                 env = instance_env(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], extra=opts["extra_env"])
-                env["VLLM_API_KEY"] = api_key
+                if len(keys) == 1:
+                    env["VLLM_API_KEY"] = keys[0]
                 item.update({"venv": venv, "package": inst["package"], "env_path": env_path, "env_text": env_file(env),
                              "unit_text": systemd_unit(inst, python=f"{venv}/bin/python", env_path=env_path, cache_dir=cache_dir,
-                                                       user=opts["user"])})
+                                                       user=opts["user"], keys_file=keys_file if len(keys) > 1 else None)})
             out.append(item)
         return out
-    except ServingError as exc:
+    except (ServingError, EngineKeyError) as exc:
         raise AnsibleFilterError(f"vllm_instances: {exc}") from exc
     except KeyError as exc:
         raise AnsibleFilterError(f"vllm_instances: {opts['plan_source']} lacks the field {exc}: the plan was written by an older "

@@ -8,6 +8,8 @@ The plan decides every engine flag, --host included (_host_needs.engine_host: th
 runtimes, the docker runtime's container sharing the host's network); this module only translates the
 plan into a runtime's terms (the container's network mode, how GPU indices are handed to Docker) and
 never adds or changes a vLLM flag: a plan whose --host is not its bind address is refused.
+The one thing a runtime adds is how the engines' key arrives, which the plan never holds: VLLM_API_KEY for one key,
+a `--config` file for the two a key rotation needs (_engine_keys).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._engine import image_pinned
+from ._engine_keys import rotation_blockers, rotation_refusal
 from ._fleet_vars import ENGINE_DEFAULTS
 from ._host_needs import CONTAINER_NETWORK, visible_devices_in_container
 from ._units import Unit, UnitError, render
@@ -24,6 +27,8 @@ NAME_PREFIX = "llmfleet-vllm-"
 LABEL_PREFIX = "io.llmfleet."
 CACHE_DIR_IN_CONTAINER = "/var/cache/llmfleet-vllm"
 PATCHES_DIR_IN_CONTAINER = "/opt/llmfleet/patches"
+# Where a container reads the --config file of its keys during a key rotation (mounted read-only).
+KEYS_FILE_IN_CONTAINER = "/etc/llmfleet/api_keys.yaml"
 # vLLM and the helpers it runs keep compiled artefacts here; one folder per instance survives restarts.
 CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TRITON_CACHE_DIR": "triton",
              "XDG_CACHE_HOME": "xdg"}
@@ -103,6 +108,35 @@ def container_network(instance: Mapping[str, Any]) -> str:
     return mode
 
 
+def engine_keys(instance: Mapping[str, Any], api_key: Union[str, Sequence[str]]) -> List[str]:
+    """The keys an instance accepts: one (VLLM_API_KEY), or several during a key rotation - only on an engine that takes
+    them without a window (_engine_keys.ROTATION_SINCE), and only when the plan names no --config file of its own (vLLM
+    reads one)."""
+    keys = [api_key] if isinstance(api_key, str) else [str(k) for k in api_key]
+    if not keys or not all(keys):
+        raise ServingError(f"{instance['name']}: no API key was given")
+    if len(keys) > 1:
+        blockers = rotation_blockers([{"name": instance["name"], "engine_version": instance.get("engine_version")}])
+        if blockers:
+            raise ServingError(rotation_refusal(blockers))
+        args = [str(a) for a in instance["args"]]
+        if any(a == "--config" or a.startswith("--config=") for a in args):
+            raise ServingError(f"{instance['name']}: the plan's arguments name a --config file, and a key rotation hands the "
+                               "engine its two keys in one (vLLM reads a single --config): move those settings into the "
+                               "plan's flags, then rotate")
+    return keys
+
+
+def key_args(keys: Sequence[str], keys_file: Optional[str]) -> List[str]:
+    """What the command line gains for the keys: nothing for one (it is in the environment), `--config FILE` for several
+    (the file holds them; the command line, which every local user can read, never does)."""
+    if len(keys) < 2:
+        return []
+    if not keys_file:
+        raise ServingError("several API keys need the file that holds them (keys_file)")
+    return ["--config", keys_file]
+
+
 def bind_of(instance: Mapping[str, Any]) -> Tuple[str, int]:
     """Address and port the plan binds the instance to."""
     return str(instance["bind_address"]), int(instance["port"])
@@ -136,10 +170,11 @@ def instance_env(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: Op
     return env
 
 
-def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str, api_key: str,
+def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str, api_key: Union[str, Sequence[str]],
                 shm_size: str = ENGINE_DEFAULTS["shm_size"], ipc_host: bool = ENGINE_DEFAULTS["ipc_host"],
                 restart_policy: str = ENGINE_DEFAULTS["restart_policy"], entrypoint: Sequence[str] = ENGINE_DEFAULTS["entrypoint"],
-                extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None) -> Dict[str, Any]:
+                extra_env: Optional[Mapping[str, Any]] = None, plan_hash: Optional[str] = None,
+                keys_file: Optional[str] = None) -> Dict[str, Any]:
     """Parameters for community.docker.docker_container running one instance, with exactly the plan's arguments.
 
     The container shares the host's network (the plan's container_network): no address of its own
@@ -149,18 +184,26 @@ def docker_spec(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: str
     requests, so the container sees them as 0..n-1 and the plan's CUDA_VISIBLE_DEVICES (host
     indices) is dropped. DCUs and ROCm GPUs come as the
     plan's device nodes with every card visible, so HIP_VISIBLE_DEVICES keeps the host indices (as
-    field report 003 ran them). Devices, groups and vendor mounts are the plan's `access`."""
+    field report 003 ran them). Devices, groups and vendor mounts are the plan's `access`.
+    One key is the container's VLLM_API_KEY; several (a key rotation) are in keys_file on the host, mounted read-only
+    and named with --config."""
     image = check_image(instance.get("image"), instance["name"])
-    args = runtime_args(instance, "docker")
+    keys = engine_keys(instance, api_key)
+    args = runtime_args(instance, "docker") + key_args(keys, KEYS_FILE_IN_CONTAINER)
     network = container_network(instance)
     access = instance["access"]
     env = instance_env(instance, cache_dir=CACHE_DIR_IN_CONTAINER, patches_dir=PATCHES_DIR_IN_CONTAINER, extra=extra_env)
     if not visible_devices_in_container(str(instance["vendor"])):
         env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["VLLM_API_KEY"] = api_key
+    if len(keys) == 1:
+        env["VLLM_API_KEY"] = keys[0]
     model = str(instance["model_dir"])
     mounts = [{"source": model, "target": model, "type": "bind", "read_only": True},
               {"source": cache_dir, "target": CACHE_DIR_IN_CONTAINER, "type": "bind", "read_only": False}]
+    if len(keys) > 1:
+        if not keys_file:
+            raise ServingError(f"{instance['name']}: several API keys need the file on the host that holds them (keys_file)")
+        mounts.append({"source": keys_file, "target": KEYS_FILE_IN_CONTAINER, "type": "bind", "read_only": True})
     if instance.get("patches"):
         mounts.append({"source": patches_dir, "target": PATCHES_DIR_IN_CONTAINER, "type": "bind", "read_only": True})
     mounts += [dict(m) for m in access.get("mounts") or []]
@@ -205,8 +248,9 @@ def env_file(env: Mapping[str, Any]) -> str:
 
 
 def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cache_dir: str, user: str,
-                 restart_sec: int = 10, plan_hash: Optional[str] = None) -> str:
-    """The unit file of one instance (the API key lives in the 0600 environment file, not here)."""
+                 restart_sec: int = 10, plan_hash: Optional[str] = None, keys_file: Optional[str] = None) -> str:
+    """The unit file of one instance. The API key is never here: one key lives in the 0640 environment file, the two of
+    a key rotation in keys_file (0640), which the unit names with --config."""
     after: List[Tuple[str, Union[str, int]]] = [
         ("Restart", "on-failure"), ("RestartSec", restart_sec), ("KillMode", "control-group"), ("KillSignal", "SIGTERM"),
         ("TimeoutStopSec", stop_timeout(instance)), ("NoNewPrivileges", "yes"), ("LimitNOFILE", 65536),
@@ -220,7 +264,8 @@ def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cac
             description=f"vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
             unit=(("After", "network-online.target"), ("Wants", "network-online.target")),
             service=(("Type", "simple"), ("User", user), ("Group", user), ("EnvironmentFile", env_path), ("WorkingDirectory", cache_dir)),
-            exec_start=[python, "-m", "vllm.entrypoints.cli.main", "serve", *runtime_args(instance, "systemd")],
+            exec_start=[python, "-m", "vllm.entrypoints.cli.main", "serve", *runtime_args(instance, "systemd"),
+                        *(["--config", keys_file] if keys_file else [])],
             service_after=after))
     except UnitError as exc:
         raise ServingError(f"{instance['name']}: {exc}") from exc

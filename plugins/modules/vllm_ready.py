@@ -38,9 +38,16 @@ options:
     type: str
     required: true
   api_key:
-    description: The key the instance requires (C(VLLM_API_KEY)).
+    description: The key the instance requires (C(VLLM_API_KEY)), the one the gateway sends.
     type: str
     required: true
+  also_accepted_keys:
+    description:
+      - More keys the instance must accept, during a key rotation (the key the gateway switches to next, or the one it
+        sent before); each is tried with C(GET /v1/models) once the gate passed, and a refusal fails the gate.
+    type: list
+    elements: str
+    default: []
   timeout:
     description: Startup budget in seconds, counted from the instance's start.
     type: int
@@ -198,6 +205,7 @@ def main():
             "url": {"type": "str", "required": True},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "required": True, "no_log": True},
+            "also_accepted_keys": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "timeout": {"type": "int", "default": 600},
             "interval": {"type": "float", "default": 2},
             "warmup_requests": {"type": "int", "default": 3},
@@ -259,6 +267,11 @@ def main():
     if status != 401:
         module.fail_json(msg=f"{name} answers without the API key (HTTP {status}): VLLM_API_KEY did not reach the engine; "
                              "check the unit's environment file or the container's env", ready=False)
+    for n, key in enumerate(p["also_accepted_keys"], start=2):
+        status, body = call(base + "/v1/models", None, key, timeout=60)
+        if status != 200:
+            fail(f"it refuses the key rotation's other key (key {n} of its --config file): GET /v1/models answered {status}: "
+                 f"{error_text(body)}")
     chat = {"model": p["model"], "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}
     for _i in range(p["warmup_requests"]):
         if expect == "choices":

@@ -427,6 +427,16 @@ FIXES: Dict[str, str] = {
     "no gateway_api_keys entry is named": "Use one of the entry names listed in the message (or add that entry).",
     "SDK is not importable by": "Run models.yml so that the model_store role installs the SDK venv, or point sdk_python at a "
                                 "Python that has the SDK.",
+    "Stop when the secret is missing but still in use": "The caller's message (for the engines' key, the vllm role's): where "
+                                                        "the key is in use and how to restore the file; docs/day2.md, "
+                                                        "\"Restoring the engines' key\".",
+    "Stop when an engine cannot accept two keys at once": "Roll the instances it names to vLLM 0.11.0 or later "
+                                                          "(playbooks/upgrade.yml), then rotate (docs/day2.md).",
+    "_engine_keys.py:check_key": "Restore the key file with the key the engines use (docs/day2.md, \"Restoring the engines' "
+                                 "key\"); a rotation's .next file is made by rotate_key.yml: remove a hand-made one and run again.",
+    "the key file is empty": "Restore the key file with the key the engines use (docs/day2.md, \"Restoring the engines' key\").",
+    "is only written for two keys": "A bug in the caller: report it.",
+    "no API key was given": "A bug in the caller (the vllm role passes the key file's key): report it.",
     "failed_when: __lab_boot": "The lab host's systemd did not come up: `docker logs <container>`; `make demo-down` and run again.",
 }
 

@@ -28,6 +28,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_models": {"_hf_config", "_hf_names", "_pooling"}, "_hardware": set(), "_host_needs": {"_fleet_vars"},
     "_nvidia_driver": set(),
     "_hardware_profiles": {"_hardware"},
+    # what an engine version does with its key (one, or two during a rotation)
+    "_engine_keys": {"_engine"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
     "_config_tree": set(), "_rotation": set(), "_units": set(), "_host_tuning": {"_units"},
@@ -63,7 +65,7 @@ LAYERS: Dict[str, Set[str]] = {
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
-    "_fleet_plans": set(), "_serving": {"_engine", "_fleet_vars", "_host_needs", "_units"}, "_gateway": {"_fleet_plans", "_pooling"},
+    "_fleet_plans": set(), "_serving": {"_engine", "_engine_keys", "_fleet_vars", "_host_needs", "_units"}, "_gateway": {"_fleet_plans", "_pooling"},
     "_verify": {"_engine", "_pooling"}, "_reach": {"_verify"}, "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
 }

@@ -348,3 +348,54 @@ def test_vllm_engines_is_the_public_view_without_the_key():
             assert client.get("container", client.get("python", "").rsplit("/bin/python", 1)[0]) == next(iter(install.values()))
     with pytest.raises(Exception, match="vllm_engines: .* is not an entry of the vllm_instances filter"):
         vllm_engines([{"name": "a-0"}])
+
+
+# --- the engines' key during a rotation: two keys in a --config file, never on the command line (issue 35) ---
+OTHER = "o" * 48
+
+
+def test_one_key_stays_in_the_environment_and_the_unit_and_container_are_as_before():
+    [item] = vllm_instances(cpu_plan(), [KEY])
+    assert item == vllm_instances(cpu_plan(), KEY)[0]                  # a list of one is the key as before
+    assert item["keys_text"] == "" and item["keys_path"] == "/var/lib/llmfleet/vllm/qwen3-small-0.api_keys.yaml"
+    assert "--config" not in item["unit_text"] and f'VLLM_API_KEY="{KEY}"' in item["env_text"]
+    gpu = vllm_instances(plan_of("h100"), [KEY])
+    assert all("--config" not in i["docker"]["command"] and i["docker"]["env"]["VLLM_API_KEY"] == KEY for i in gpu)
+
+
+def test_two_keys_go_in_a_config_file_the_unit_names_and_never_on_the_command_line():
+    [item] = vllm_instances(cpu_plan(), [KEY, OTHER], {"user": "llmfleet-vllm"})
+    exec_start = next(line for line in item["unit_text"].splitlines() if line.startswith("ExecStart="))
+    assert exec_start.endswith(" --config /var/lib/llmfleet/vllm/qwen3-small-0.api_keys.yaml")
+    assert KEY not in item["unit_text"] and OTHER not in item["unit_text"]
+    assert "VLLM_API_KEY" not in item["env_text"]                     # --api-key from the file wins anyway; no stale copy
+    assert yaml.safe_load(item["keys_text"]) == {"api-key": sorted([KEY, OTHER])}
+    assert item["keys_group"] == "llmfleet-vllm"
+    # both phases of a rotation (the gateway's key first, old or new) write the same files: no restart between them
+    [swapped] = vllm_instances(cpu_plan(), [OTHER, KEY], {"user": "llmfleet-vllm"})
+    assert (swapped["unit_text"], swapped["env_text"], swapped["keys_text"]) == (item["unit_text"], item["env_text"], item["keys_text"])
+
+
+def test_two_keys_in_a_container_come_from_the_file_mounted_read_only():
+    gpu = vllm_instances(plan_of("h100"), [KEY, OTHER])
+    for inst in gpu:
+        spec = inst["docker"]
+        assert spec["command"][-2:] == ["--config", serving.KEYS_FILE_IN_CONTAINER]
+        assert "VLLM_API_KEY" not in spec["env"] and KEY not in repr(spec["command"])
+        assert {"source": inst["keys_path"], "target": serving.KEYS_FILE_IN_CONTAINER, "type": "bind", "read_only": True} in spec["mounts"]
+        assert inst["keys_group"] == "root"
+
+
+def test_two_keys_are_refused_on_an_engine_that_takes_one():
+    plan = plan_host("localhost", CPU_HW, [dict(CPU_QWEN3_SMALL[0], engine={"version": "0.10.2"})])
+    assert vllm_instances(plan, KEY)                                   # one key: as before
+    with pytest.raises(Exception, match=r"qwen3-small-0: vLLM 0.10.2 takes one key.*from vLLM 0.11.0"):
+        vllm_instances(plan, [KEY, OTHER])
+
+
+def test_two_keys_are_refused_when_the_plan_names_its_own_config_file():
+    [inst] = serving.plan_instances(cpu_plan())
+    inst = dict(inst, args=list(inst["args"]) + ["--config", "/etc/mine.yaml"])
+    assert serving.engine_keys(inst, KEY) == [KEY]
+    with pytest.raises(serving.ServingError, match="name a --config file"):
+        serving.engine_keys(inst, [KEY, OTHER])

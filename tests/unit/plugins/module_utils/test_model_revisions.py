@@ -16,6 +16,7 @@ from ansible_collections.llmfleet.serving.plugins.filter.model_store import (
 from ansible_collections.llmfleet.serving.plugins.module_utils import _model_store as store
 from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import NeedsError, model_folder, prune_folders
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
+from ansible_collections.llmfleet.serving.plugins.module_utils._rollout import changes
 
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
 
@@ -49,6 +50,12 @@ def test_the_plan_hash_changes_with_the_revision_and_only_then():
     assert one["plan_hash"] != two["plan_hash"] and one["model_dir"] != two["model_dir"] == "/models/Qwen3-8B@v2.0"
     # nothing else of the instance changed: the roll is the model's alone
     assert [a for a in one["args"] if a != one["model_dir"]] == [a for a in two["args"] if a != two["model_dir"]]
+
+
+def test_plan_yml_says_the_revision_change_per_instance():
+    """What plan.yml prints against the plan in force: the folder the instance serves from changes, nothing else."""
+    assert changes(at("v1.0"), at("v2.0")) == ["a-0: (model) /models/Qwen3-8B@v1.0 -> /models/Qwen3-8B@v2.0"]
+    assert changes(at("v1.0"), at("v1.0")) == ["no instance changes"]
 
 
 def test_a_model_that_pins_no_revision_keeps_its_folder_of_earlier_releases():

@@ -13,6 +13,7 @@ import pathlib
 import socket
 import sys
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -203,6 +204,38 @@ def test_real_sdk_fetches_then_leaves_alone(tmp_path, hub, source):
     assert second["changed"] is False and second["bytes_fetched"] == 0
     fix = "check the model id and the revision" if source == "modelscope" else "check the branch, tag or commit"
     one_sentence(wrong, "revision 'v9.9'", hub, fix)
+
+
+def served(hub_url):
+    with urllib.request.urlopen(hub_url + "/_stats", timeout=10) as answer:
+        return sum(json.loads(answer.read())["served"].values())
+
+
+@pytest.mark.parametrize("source", ["modelscope", "huggingface"])
+def test_real_sdk_fetches_a_new_revision_beside_the_old_one(tmp_path, hub, source):
+    """Issue 35 with the real SDKs: the unversioned folder of an earlier release gives every file to the same revision's
+    own folder by hard link (the hub sends nothing); v2.0, with config.json changed, takes that file alone from the hub and
+    links the rest; when v2.0 then moves on the hub, its folder is not rewritten."""
+    v2 = tmp_path / "hub" / "o" / "tiny" / "v2.0"
+    for path, data in FILES.items():
+        (v2 / path).parent.mkdir(parents=True, exist_ok=True)
+        (v2 / path).write_bytes(b'{"model_type": "qwen3", "revision": "v2.0"}\n' if path == "config.json" else data)
+    (tmp_path / "hub" / "o" / "tiny" / "tags.txt").write_text("v1.0\nv2.0\n")
+    models = tmp_path / "models"
+    base = {"model_id": "o/tiny", "revision": "v1.0", "endpoint": hub, "source": source, "reserve_bytes": 0, "sdk_python": sys.executable}
+    legacy, same, newer = play(tmp_path, [{**base, "dest": str(models / "tiny")}, {**base, "dest": str(models / "tiny@v1.0")},
+                                          {**base, "revision": "v2.0", "dest": str(models / "tiny@v2.0")}])
+    assert legacy.get("failed") is not True and newer.get("failed") is not True, (legacy.get("msg"), newer.get("msg"))
+    assert same["changed"] is True and same["fetched"] == [] and same["reused"] == sorted(FILES) and same["bytes_fetched"] == 0
+    assert newer["fetched"] == ["config.json"] and newer["reused"] == ["README.md", "sub/weights.bin"]
+    assert served(hub) == sum(len(d) for d in FILES.values()) + (v2 / "config.json").stat().st_size
+    assert len({(models / f / "sub" / "weights.bin").stat().st_ino for f in ("tiny", "tiny@v1.0", "tiny@v2.0")}) == 1
+    assert (models / "tiny@v1.0" / "config.json").read_bytes() == FILES["config.json"]
+    (v2 / "config.json").write_bytes(b'{"model_type": "qwen3", "revision": "v2.0", "moved": true}\n')
+    moved, = play(tmp_path, [{**base, "revision": "v2.0", "dest": str(models / "tiny@v2.0")}])
+    one_sentence(moved, f"{models}/tiny@v2.0 holds o/tiny@v2.0, but {hub} now lists other bytes for config.json: v2.0 moved since "
+                 "it was fetched. It is not rewritten")
+    assert b"moved" not in (models / "tiny@v2.0" / "config.json").read_bytes()
 
 
 def test_sdk_interpreter_missing_is_one_sentence(tmp_path, hub):

@@ -1,17 +1,24 @@
-"""model_store's entry points `prune` and `stage` on this machine, through Ansible (issue 35): old revision folders go only
-when model_store_keep_revisions asks, never one the plan serves from, never a folder model_fetch did not fill, nothing in
-check mode; a host whose plan fetches nothing (every model a local path, as in the fleet lab) is left alone by the stage
-that serve.yml runs before a roll, so no SDK is installed there. The folders and the plan are made here; nothing is fetched
-(the model_fetch module's own tests and molecule/model_store fetch)."""
+"""model_store's entry points on this machine, through Ansible (issue 35): `prune` removes old revision folders only when
+model_store_keep_revisions asks, never one the plan serves from, never a folder model_fetch did not fill, nothing in check
+mode; `stage`, which serve.yml runs before a roll, leaves a host whose plan fetches nothing (every model a local path, as in
+the fleet lab) alone, does nothing after main kept the same models in the run, and fetches a new revision beside the old
+one with the real modelscope SDK (this project's venv) from the stand-in hub (tests/lab/modelscope_hub.py; the hub cannot
+be reached from the lab), linking what the old revision's folder holds. The SDK install (apt, pip) is skipped by its tag."""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import sys
+import threading
+import urllib.request
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
-from llmfleet_testing import run_ansible
+from llmfleet_testing import ROOT, run_ansible
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+from modelscope_hub import serve  # noqa: E402  pylint: disable=wrong-import-position
 
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
 
@@ -81,3 +88,50 @@ def test_stage_leaves_a_host_whose_models_are_local_folders_alone(tmp_path):
     assert any(name.endswith("models | Resolve the models this host keeps") for name in ran), ran
     assert not [name for name in ran if " : keep | " in name or " : sdk | " in name or " : fetch | " in name], ran
     assert not root.exists() and not (tmp_path / "no-venv").exists()
+
+
+def test_stage_fetches_a_new_revision_beside_the_old_one_once_per_run(tmp_path):
+    files = {"config.json": b'{"model_type": "qwen3"}\n', "model.safetensors": os.urandom(200_000)}
+    hub_root = tmp_path / "hub" / "o" / "tiny"
+    for revision in ("v1.0", "v2.0"):
+        for path, data in files.items():
+            (hub_root / revision / path).parent.mkdir(parents=True, exist_ok=True)
+            (hub_root / revision / path).write_bytes(data)
+    (hub_root / "v2.0" / "config.json").write_bytes(b'{"model_type": "qwen3", "revision": "v2.0"}\n')
+    (hub_root / "tags.txt").write_text("v1.0\nv2.0\n")
+    server = serve(str(tmp_path / "hub"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hub = f"http://127.0.0.1:{server.server_address[1]}"
+    root = tmp_path / "models"
+    v1, v2 = [{"id": "o/tiny", "revision": "v1.0"}], [{"id": "o/tiny", "revision": "v2.0"}]
+    step = {"ansible.builtin.include_role": {"name": "llmfleet.serving.model_store"}}
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [
+        {**step, "vars": {"model_store_models": v1}},                                                       # models.yml
+        {"ansible.builtin.include_role": {"name": "llmfleet.serving.model_store", "tasks_from": "stage"},   # serve.yml, same run
+         "vars": {"model_store_models": v1}},
+        {"ansible.builtin.include_role": {"name": "llmfleet.serving.model_store", "tasks_from": "stage"},   # a new revision
+         "vars": {"model_store_models": v2}}]}]))
+    env = {"MODELSCOPE_HOME": str(tmp_path / ".ms-home"), "MODELSCOPE_CACHE": str(tmp_path / ".ms-cache"),
+           "MODELSCOPE_DOWNLOAD_MAX_RETRIES": "0"}
+    try:
+        result = run_ansible("ansible-playbook", str(playbook), "--skip-tags", "model_store_sdk", env=env, extra_vars={
+            "model_store_root": str(root), "model_store_endpoint": hub, "model_store_reserve_bytes": 0,
+            "model_store_progress_interval": 1, "model_store_venv": os.path.dirname(os.path.dirname(sys.executable))})
+        with urllib.request.urlopen(hub + "/_stats", timeout=10) as answer:
+            by_path = json.loads(answer.read())["by_path"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result["stats"]["localhost"]["failures"] == 0, json.dumps(result)[-3000:]
+    compared = [h["localhost"] for h in (t["hosts"] for p in result["plays"] for t in p["tasks"]
+                                         if t["task"]["name"].endswith("fetch | Compare each model with the hub's listing"))
+                if not h["localhost"].get("skipped")]
+    assert len(compared) == 2, "main, then the new revision's stage; the stage after main in the same run compares nothing"
+    assert compared[1]["results"][0]["fetched"] == ["config.json"] and compared[1]["results"][0]["reused"] == ["model.safetensors"]
+    size = len(files["model.safetensors"])
+    assert by_path == {"config.json": len(files["config.json"]) + len(b'{"model_type": "qwen3", "revision": "v2.0"}\n'),
+                       "model.safetensors": size}, by_path
+    assert (root / "tiny@v1.0" / "model.safetensors").stat().st_ino == (root / "tiny@v2.0" / "model.safetensors").stat().st_ino
+    assert (root / "tiny@v1.0" / "config.json").read_bytes() == files["config.json"]
+    assert json.loads((root / "tiny@v2.0" / ".llmfleet-manifest.json").read_text())["revision"] == "v2.0"

@@ -19,7 +19,7 @@ description:
     files are resumed by the SDK with HTTP ranges.
   - Checks the free disk space before downloading. Check mode reports what would be fetched and its size.
   - Never rewrites a file whose bytes the source now lists differently from what the manifest recorded (a branch that
-    moved, another revision asked for in the same folder): an engine may be serving from the folder, so the run stops
+    moved, another revision asked for in the same folder) - an engine may be serving from the folder, so the run stops
     before a byte moves and says to pin the revision (a folder of its own) or to remove the folder (O(replace_changed)).
   - A file that another folder of the same model (another revision of it beside O(dest)) holds with the listed bytes is
     hard-linked from there instead of fetched (O(reuse)); that folder is only read.

@@ -53,8 +53,8 @@ FLEET_VARS: Dict[str, FleetVar] = {
                                            "instance runs in a container (or nothing is planned yet), no when every instance "
                                            "runs from a venv.", shown="from the plan"),
     # which playbooks touch the host
-    "llmfleet_fetch_models": FleetVar("false: models.yml skips this host (it cannot reach the hub; the model is put there "
-                                      "another way).", default=True),
+    "llmfleet_fetch_models": FleetVar("false: models.yml, and the model staging of serve.yml, skip this host (it cannot "
+                                      "reach the hub; the model is put there another way).", default=True),
     "llmfleet_serve": FleetVar("false: serve.yml (and verify.yml, bench.yml) leave this host's instances alone.", default=True),
     "llmfleet_serve_serial": FleetVar("How many hosts serve.yml changes at once (each passes the health gate first).", default=1),
     "llmfleet_upgrade_serial": FleetVar("How many hosts playbooks/upgrade.yml rolls at once; the first failed batch stops the "
@@ -65,8 +65,9 @@ FLEET_VARS: Dict[str, FleetVar] = {
     # plan options
     "llmfleet_vllm_base_port": FleetVar("Where new instances' ports start (plan option `base_port`); an instance keeps the port "
                                         "it has in the plan in force (docs/day2.md, Ports).", default=8002),
-    "llmfleet_model_root": FleetVar("Folder the models live under, `<root>/<name>` each (plan option `model_root`; also "
-                                    "`model_store_root`'s default).", default="/models"),
+    "llmfleet_model_root": FleetVar("Folder the models live under, `<root>/<name>@<revision>` each (`<root>/<name>` for a "
+                                    "model that pins no revision; plan option `model_root`; also `model_store_root`'s "
+                                    "default).", default="/models"),
     "llmfleet_private_address": FleetVar("The host's private-network address: where its edge nginx listens for a gateway on "
                                          "another host (plan option `private_address`; vLLM itself stays on loopback; a public "
                                          "or malformed one fails the plan)."),

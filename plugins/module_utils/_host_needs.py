@@ -200,18 +200,33 @@ def os_packages(package: Optional[str], version: Optional[Tuple[int, ...]] = Non
     return list(VENV_PACKAGES) + list(CPU_BUILD_PACKAGES) + compiler
 
 
-def model_folder(model_id: str) -> str:
+# A revision as it may stand in a folder name (`<name>@<revision>`): a tag, a commit or a branch without '/'. Nothing
+# that a path, a systemd unit (`%` specifiers) or a URL path would read otherwise.
+REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+REVISION_SEP = "@"
+
+
+def model_folder(model_id: str, revision: Optional[str] = None) -> str:
     """The folder name a hub model gets under the model root: its name without the owner, as the hub
-    spells it (the catalog's canonical id, so qwen/qwen3-8b and Qwen3-8B land in Qwen3-8B)."""
+    spells it (the catalog's canonical id, so qwen/qwen3-8b and Qwen3-8B land in Qwen3-8B), and, when the
+    deployment pins a revision, `@<revision>` after it (Qwen3-8B@v1.0): each revision its own folder, so a
+    new revision is fetched beside the one engines serve from and rolled like an engine version. A model
+    that pins none keeps the name alone (the hub's default branch, and the folder of releases before
+    revisions had folders of their own)."""
     name = str(model_id).rstrip("/").rsplit("/", 1)[-1]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise NeedsError(f"model id {model_id!r} cannot name a folder: expected owner/name with letters, digits, '.', '_', '-'")
-    return name
+    if revision is None or str(revision) == "":
+        return name
+    if not REVISION_RE.fullmatch(str(revision)):
+        raise NeedsError(f"revision {revision!r} of {model_id} cannot name a folder (<name>@<revision>): pin a tag or a commit "
+                         "of letters, digits, '.', '_', '-' (at most 128; a branch with '/' has a commit to pin)")
+    return f"{name}{REVISION_SEP}{revision}"
 
 
 def model_source(canonical_id: str, spec: Any, model_root: str) -> Dict[str, Any]:
     """Where a deployment's model lives and whether model_store fetches it: a local `path` is used as
-    it is; anything else is fetched by its canonical hub id into <model_root>/<name>."""
+    it is; anything else is fetched by its canonical hub id into <model_root>/<name>[@<revision>]."""
     revision = None
     if isinstance(spec, Mapping):
         revision = spec.get("revision")
@@ -220,8 +235,9 @@ def model_source(canonical_id: str, spec: Any, model_root: str) -> Dict[str, Any
     if "/" not in canonical_id:
         raise NeedsError(f"model {canonical_id!r} is not a hub id of the form owner/name and has no local path: "
                          "name it as owner/name (e.g. Qwen/Qwen3-8B) or give {id:, path:}")
-    return {"id": canonical_id, "revision": str(revision) if revision else None,
-            "dir": f"{model_root.rstrip('/')}/{model_folder(canonical_id)}", "fetch": True}
+    revision = str(revision) if revision not in (None, "") else None
+    return {"id": canonical_id, "revision": revision,
+            "dir": f"{model_root.rstrip('/')}/{model_folder(canonical_id, revision)}", "fetch": True}
 
 
 def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> List[Dict[str, Any]]:
@@ -234,7 +250,7 @@ def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> 
         if not isinstance(explicit, list) or not all(isinstance(e, Mapping) and e.get("id") for e in explicit):
             raise NeedsError(f"model_store_models must be a list of {{id: owner/name, revision: ...}}, got {explicit!r}")
         return [{"id": str(e["id"]), "revision": str(e.get("revision") or default_revision),
-                 "dir": str(e.get("dir") or model_folder(str(e["id"])))} for e in explicit]
+                 "dir": str(e.get("dir") or model_folder(str(e["id"]), e.get("revision") or None))} for e in explicit]
     if not isinstance(plan, Mapping) or "deployments" not in plan:
         raise NeedsError("no plan for this host: run playbooks/plan.yml first (site.yml does), or set model_store_models")
     if plan.get("errors"):
@@ -255,12 +271,56 @@ def store_models(plan: Any, explicit: Any, root: str, default_revision: str) -> 
         old = seen.get(name)
         if old and (old["id"], old["revision"]) != (entry["id"], entry["revision"]):
             raise NeedsError(f"{plan.get('host')}: {src['dir']} is wanted for {old['id']}@{old['revision']} and "
-                             f"{entry['id']}@{entry['revision']}; pin one revision per model on a host")
+                             f"{entry['id']}@{entry['revision']}: two models whose names differ only by their owner share "
+                             "one folder name; give one of them its local folder (model: {id: ..., path: ...})")
         seen[name] = entry
     return [seen[k] for k in sorted(seen)]
+
+
+def in_use_folders(plan: Any, models: Any, root: str) -> List[str]:
+    """The folders under `root` that must stay: every planned instance's model_dir (a fetched model, or a local path
+    that happens to lie under the root) and every model the store keeps (`models`, store_models' answer). What a
+    running instance uses is what the plan says once every instance passed its gate, which is when the prune runs."""
+    root = str(root).rstrip("/") or "/"
+    used = {f"{root}/{m['dir']}".rstrip("/") for m in models or [] if isinstance(m, Mapping) and m.get("dir")}
+    deployments = plan.get("deployments") or [] if isinstance(plan, Mapping) else []
+    for dep in (d for d in deployments if isinstance(d, Mapping)):
+        src = dep.get("model_source")
+        if isinstance(src, Mapping) and src.get("dir"):
+            used.add(str(src["dir"]).rstrip("/"))
+        used |= {str(i["model_dir"]).rstrip("/") for i in dep.get("instances") or [] if isinstance(i, Mapping) and i.get("model_dir")}
+    return sorted(used)
+
+
+def prune_folders(found: Any, in_use: Any, keep: int, root: str) -> List[str]:
+    """The model folders to remove: `found` lists the store's manifests under `root` ({path, mtime}: find's answer for
+    <root>/<folder>/.llmfleet-manifest.json), so only folders model_fetch filled are candidates (a local folder the
+    operator put there, a download that never finished, are not). A folder in `in_use` always stays; of the others,
+    per model (the folder name before `@<revision>`, the unversioned folder of the same model included), the `keep`
+    most recent by their manifest's mtime stay as well: a rollback to them needs no download. A negative `keep`
+    removes nothing (the default)."""
+    if int(keep) < 0:
+        return []
+    root = str(root).rstrip("/") or "/"
+    used = {str(p).rstrip("/") for p in in_use or []}
+    idle: Dict[str, List[Tuple[float, str]]] = {}
+    for entry in found or []:
+        if not isinstance(entry, Mapping) or not entry.get("path"):
+            raise NeedsError(f"model_store_prune: expected find's files ({{path, mtime}}), got {entry!r}")
+        folder, _sep, manifest = str(entry["path"]).rpartition("/")
+        parent, _sep, name = folder.rpartition("/")
+        if manifest != ".llmfleet-manifest.json" or (parent or "/") != root or not name or folder in used:
+            continue
+        idle.setdefault(name.split(REVISION_SEP, 1)[0], []).append((float(entry.get("mtime") or 0), folder))
+    out: List[str] = []
+    for model in sorted(idle):
+        ranked = sorted(idle[model], reverse=True)
+        out += [folder for _mtime, folder in ranked[int(keep):]]
+    return sorted(out)
 
 
 __all__ = ["NeedsError", "LOOPBACK", "CONTAINER_NETWORK", "LOOPBACK_IFNAME", "FILE_RENDEZVOUS_SINCE", "HYHAL_DIR", "STOP_MARGIN_S",
            "stop_timeout", "edge_address", "bind_address", "engine_host", "loopback_env", "tcp_rendezvous", "device_access",
            "visible_devices_in_container", "os_packages",
-           "model_folder", "model_source", "store_models"]
+           "model_folder", "model_source", "store_models", "REVISION_SEP", "REVISION_RE", "in_use_folders",
+           "prune_folders"]

@@ -229,15 +229,116 @@ class Plan:
     to_fetch: List[str]
     repaired: List[str]
     needed: int
+    # files another folder of the same model already holds with the listed bytes: hard-linked, not fetched
+    # ({path in dest: the file to link}); the other folder is only read
+    reused: Dict[str, str] = field(default_factory=dict)
 
 
-def fetch_plan(dest: str, files: List[RemoteFile], full: bool) -> Plan:
+def same_bytes(record: Mapping[str, Any], f: RemoteFile) -> Optional[bool]:
+    """Whether a manifest record and a listing entry name the same bytes: False when the sizes differ or a hash both
+    give differs, True when a hash both give is equal, None when they share no hash (one hub lists a sha256, the other
+    a git blob id)."""
+    if record.get("size") != f.size:
+        return False
+    pairs = [(record.get("sha256"), f.sha256), (record.get("git_sha1"), f.git_sha1)]
+    known = [(a, b) for a, b in pairs if a and b]
+    if not known:
+        return None
+    return all(a == b for a, b in known)
+
+
+def changed_upstream(dest: str, files: List[RemoteFile]) -> List[str]:
+    """The files dest's manifest recorded that the source now lists with other bytes: a branch that moved since the
+    folder was filled, or another revision asked for in the same folder. What model_fetch refuses to rewrite in place
+    (an engine may be serving from the folder); corruption (the record equals the listing, the file does not) is not
+    in this list, check() finds it."""
+    recorded = {e["path"]: e for e in read_manifest(dest).get("files", []) if isinstance(e, dict) and "path" in e}
+    return sorted(f.path for f in files if f.path in recorded and same_bytes(recorded[f.path], f) is False)
+
+
+def moved_message(dest: str, model_id: str, revision: str, where: str, changed: List[str]) -> str:
+    """The refusal for changed_upstream: what moved and the two ways on."""
+    old = read_manifest(dest)
+    was = f"{old.get('model', model_id)}@{old.get('revision', '?')}"
+    why = (f"{revision} moved since it was fetched" if old.get("revision") == revision else f"{model_id}@{revision} is asked for there")
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return (f"{dest} holds {was}, but {where} now lists other bytes for {shown}: {why}. It is not rewritten (an engine may "
+            "serve from it): pin the revision (its own folder <name>@<revision>, rolled like an engine version) or remove the "
+            "folder while nothing serves from it")
+
+
+def sibling_records(dest: str, model_id: str) -> List[Dict[str, Any]]:
+    """The files other folders of the same model (its other revisions, or its unversioned folder of a release before
+    revisions had folders) hold as their manifests recorded them: [{path (the file), size, sha256, git_sha1, mtime_ns,
+    rel}] from every sibling folder of dest under the same parent whose manifest names `model_id` (any case)."""
+    parent = os.path.dirname(os.path.abspath(dest).rstrip("/"))
+    own = os.path.basename(os.path.abspath(dest).rstrip("/"))
+    out: List[Dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return out
+    for name in names:
+        folder = os.path.join(parent, name)
+        if name == own or not os.path.isfile(os.path.join(folder, MANIFEST)):
+            continue
+        manifest = read_manifest(folder)
+        if str(manifest.get("model", "")).lower() != str(model_id).lower():
+            continue
+        for entry in manifest.get("files", []):
+            if isinstance(entry, dict) and _usable(entry.get("path")):
+                out.append(dict(entry, rel=entry["path"], path=os.path.join(folder, entry["path"])))
+    return out
+
+
+def reusable(dest: str, files: List[RemoteFile], missing: Iterable[str], siblings: List[Mapping[str, Any]]) -> Dict[str, str]:
+    """Of the `missing` files of dest, those a sibling folder holds with the listed bytes, as its manifest recorded them
+    when it hashed them and still unchanged on disk (size and mtime as recorded: the fast check's trust): {path: file}."""
+    listed = {f.path: f for f in files}
+    out: Dict[str, str] = {}
+    for rel in missing:
+        f = listed.get(rel)
+        for record in siblings:
+            if f is None or record.get("rel") != rel or not same_bytes(record, f):
+                continue
+            try:
+                stat = os.stat(str(record["path"]))
+            except OSError:
+                continue
+            if stat.st_size == f.size and stat.st_mtime_ns == record.get("mtime_ns"):
+                out[rel] = str(record["path"])
+                break
+    return out
+
+
+def link_reused(dest: str, reused: Mapping[str, str]) -> None:
+    """Hard-link each reused file into dest (a copy, through a partial file, where the file system refuses a link). The
+    other folder is never written: model_fetch replaces a file (a new one renamed into place), it never edits one."""
+    for rel, source in sorted(reused.items()):
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        for stale in (target, target + ".incomplete"):   # a partial download of it is not needed any more
+            if os.path.lexists(stale):
+                os.remove(stale)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target + ".incomplete")
+            os.replace(target + ".incomplete", target)
+
+
+def fetch_plan(dest: str, files: List[RemoteFile], full: bool, siblings: Optional[List[Mapping[str, Any]]] = None) -> Plan:
     """What a run fetches into dest: every file when the folder does not exist, else what check() finds
-    missing or corrupt (less the bytes partial files already hold)."""
+    missing or corrupt (less the bytes partial files already hold); a missing file that another folder of the model
+    holds with the listed bytes (`siblings`, sibling_records' answer) is linked from there instead."""
     if not os.path.isdir(dest):
-        return Plan([f.path for f in files], [], sum(f.size for f in files))
+        reused = reusable(dest, files, [f.path for f in files], siblings or [])
+        rest = [f for f in files if f.path not in reused]
+        return Plan([f.path for f in rest], [], sum(f.size for f in rest), reused)
     state = check(dest, files, full)
-    return Plan(state.to_fetch, list(state.corrupt), bytes_to_fetch(files, state))
+    reused = reusable(dest, files, state.missing, siblings or [])
+    state.missing = [p for p in state.missing if p not in reused]
+    return Plan(state.to_fetch, list(state.corrupt), bytes_to_fetch(files, state), reused)
 
 
 def sha256_of(path: str) -> str:
@@ -387,8 +488,9 @@ def fetch_jobs(started: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         model = (planned.get("item") or {}).get("id")
         if not dest or not model:
             raise StoreError(f"model_fetch_jobs: job {index} does not carry its check-mode result (item.invocation.module_args.dest)")
+        # the files linked from another revision's folder land at once: counted as there from the start
         jobs.append({"jid": job["ansible_job_id"], "label": model, "dest": dest, "needed": int(planned.get("bytes_fetched") or 0),
-                     "start_bytes": int(planned.get("bytes_on_disk") or 0)})
+                     "start_bytes": int(planned.get("bytes_on_disk") or 0) + int(planned.get("bytes_reused") or 0)})
     return jobs
 
 
@@ -400,7 +502,10 @@ def fetch_summary(results: List[Mapping[str, Any]]) -> List[str]:
             continue
         model = (result.get("item") or {}).get("id", "?")
         repaired = len(result.get("repaired") or [])
+        reused = len(result.get("reused") or [])
         lines.append(f"{model}: {len(result.get('fetched') or [])} of {result.get('files', '?')} files, "
                      f"{human_bytes(result.get('bytes_fetched', 0))} of {human_bytes(result.get('total_bytes', 0))}"
-                     + (f" ({repaired} to repair)" if repaired else ""))
+                     + (f" ({repaired} to repair)" if repaired else "")
+                     + (f"; {reused} linked from another revision's folder ({human_bytes(result.get('bytes_reused', 0))}, no download)"
+                        if reused else ""))
     return lines

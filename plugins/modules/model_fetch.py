@@ -18,6 +18,11 @@ description:
     re-hashing every file (O(verify=full)), and fetches only files that are missing or corrupt. Partial
     files are resumed by the SDK with HTTP ranges.
   - Checks the free disk space before downloading. Check mode reports what would be fetched and its size.
+  - Never rewrites a file whose bytes the source now lists differently from what the manifest recorded (a branch that
+    moved, another revision asked for in the same folder) - an engine may be serving from the folder, so the run stops
+    before a byte moves and says to pin the revision (a folder of its own) or to remove the folder (O(replace_changed)).
+  - A file that another folder of the same model (another revision of it beside O(dest)) holds with the listed bytes is
+    hard-linked from there instead of fetched (O(reuse)); that folder is only read.
 author:
   - llmfleet.serving developers (!UNKNOWN)
 options:
@@ -95,6 +100,22 @@ options:
       - Interpreter that has the hub's SDK (modelscope or huggingface_hub; a venv's python); the download
         runs in it as a child process. By default the interpreter running the module.
     type: path
+  reuse:
+    description:
+      - Hard-link a missing file from a sibling folder of O(dest) whose manifest names the same model (another revision,
+        or the unversioned folder of releases before revisions had folders) where that manifest records the listed size
+        and hash and the file is unchanged since (size and mtime as recorded); a copy where the file system refuses a link.
+      - The sibling is never written - model_fetch replaces a file, it never edits one in place.
+    type: bool
+    default: true
+  replace_changed:
+    description:
+      - Rewrite the files whose bytes the source lists differently from what O(dest)'s manifest recorded (a branch that
+        moved since, another revision in the same folder). Off, the module fails instead, before a byte moves, and says to
+        pin the revision or remove the folder - an engine may be serving from it.
+      - Only for a folder no engine reads (the controller's metadata cache).
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Reports the files it would fetch and their size, fetches nothing.
@@ -115,7 +136,7 @@ EXAMPLES = r"""
   llmfleet.serving.model_fetch:
     model_id: Qwen/Qwen3-0.6B
     revision: v1.0
-    dest: /models/Qwen3-0.6B
+    dest: /models/Qwen3-0.6B@v1.0
 
 - name: From the Hugging Face Hub through a mirror, pinned to a commit
   llmfleet.serving.model_fetch:
@@ -123,7 +144,7 @@ EXAMPLES = r"""
     source: huggingface
     endpoint: https://hf-mirror.com
     revision: c1899de289a04d12100db370d81485cdf75e47ca
-    dest: /models/Qwen3-0.6B
+    dest: /models/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca
 
 - name: Only what the planner needs, before the weights move
   llmfleet.serving.model_fetch:
@@ -175,6 +196,15 @@ bytes_on_disk:
   description: Bytes of the files under O(dest) before this run (partial downloads included); progress is counted from here.
   returned: always
   type: int
+reused:
+  description: Files hard-linked (or, in check mode, that would be) from another folder of the same model instead of fetched.
+  returned: always
+  type: list
+  elements: str
+bytes_reused:
+  description: Size of the reused files.
+  returned: always
+  type: int
 """
 
 import os
@@ -185,8 +215,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.serving.plugins.module_utils._hub_http import listing, mirror_fetch, run_sdk
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import gguf_refusal, only_gguf_weights
 from ansible_collections.llmfleet.serving.plugins.module_utils._model_store import (
-    HUBS, MANIFEST, StoreError, bytes_under, check, check_space, copy_local, existing_parent, fetch_plan, listed_weight_bytes,
-    manifest_document, revision_warning, select, write_manifest,
+    HUBS, MANIFEST, StoreError, bytes_under, changed_upstream, check, check_space, copy_local, existing_parent, fetch_plan, link_reused,
+    listed_weight_bytes, manifest_document, moved_message, revision_warning, select, sibling_records, write_manifest,
 )
 
 
@@ -209,6 +239,8 @@ def main():
             reserve_bytes=dict(type="int", default=1 << 30),
             log_file=dict(type="path"),
             sdk_python=dict(type="path"),
+            reuse=dict(type="bool", default=True),
+            replace_changed=dict(type="bool", default=False),
         ),
         required_if=[("source", "path", ["source_path"]), ("source", "http", ["url"])],
         supports_check_mode=True,
@@ -234,8 +266,15 @@ def main():
             raise StoreError(gguf_refusal(f"{p['model_id']}@{p['revision']} holds GGUF weights only"))
         if not files:
             raise StoreError(f"no file of {p['model_id']}@{p['revision']} matches the selection: check allow_patterns and ignore_patterns")
-        plan = fetch_plan(dest, files, full=p["verify"] == "full")
-        result = dict(changed=bool(plan.to_fetch), fetched=plan.to_fetch, repaired=plan.repaired, bytes_fetched=plan.needed,
+        where = p["endpoint"] if hub else p["url"] or p["source_path"]
+        moved = changed_upstream(dest, files)
+        if moved and not p["replace_changed"]:   # before any byte moves, in check mode too
+            raise StoreError(moved_message(dest, p["model_id"], p["revision"], where, moved))
+        siblings = sibling_records(dest, p["model_id"]) if p["reuse"] else []
+        plan = fetch_plan(dest, files, full=p["verify"] == "full", siblings=siblings)
+        sizes = {f.path: f.size for f in files}
+        result = dict(changed=bool(plan.to_fetch or plan.reused), fetched=plan.to_fetch, repaired=plan.repaired, bytes_fetched=plan.needed,
+                      reused=sorted(plan.reused), bytes_reused=sum(sizes[r] for r in plan.reused),
                       total_bytes=sum(f.size for f in files), weight_bytes=listed_weight_bytes(remote), files=len(files),
                       dest=dest, revision=p["revision"],
                       manifest=os.path.join(dest, MANIFEST),
@@ -247,21 +286,29 @@ def main():
         os.makedirs(dest, exist_ok=True)
         for rel in plan.repaired:  # a file that does not match is fetched whole (an SDK may trust a file it finds in place)
             os.remove(os.path.join(dest, rel))
-        if plan.to_fetch:
+        link_reused(dest, plan.reused)
+        to_fetch = list(plan.to_fetch)
+        if plan.reused and p["verify"] == "full":  # re-hashed like every other file; one that does not match is fetched
+            bad = check(dest, [f for f in files if f.path in plan.reused], full=True).corrupt
+            for rel in bad:
+                os.remove(os.path.join(dest, rel))
+            to_fetch = sorted(to_fetch + bad)
+            result["fetched"], result["reused"] = to_fetch, sorted(set(plan.reused) - set(bad))
+        if to_fetch:
             if hub:
-                run_sdk(p["source"], p["model_id"], p["revision"], dest, plan.to_fetch, p["workers"], p["endpoint"], p["token"],
+                run_sdk(p["source"], p["model_id"], p["revision"], dest, to_fetch, p["workers"], p["endpoint"], p["token"],
                         p["sdk_python"], p["log_file"] or dest.rstrip("/") + ".download.log")
             elif p["source"] == "http":
-                result["bytes_fetched"] = mirror_fetch(p["url"], dest, files, plan.to_fetch)
+                result["bytes_fetched"] = mirror_fetch(p["url"], dest, files, to_fetch)
             else:
-                copy_local(p["source_path"], dest, plan.to_fetch)
+                copy_local(p["source_path"], dest, to_fetch)
             after = check(dest, files, full=True)
             if after.to_fetch:
-                where = p["endpoint"] if hub else p["url"] or p["source_path"]
                 raise StoreError(f"after fetching from {where}, {', '.join(after.to_fetch)} still do not match the listing of "
                                  f"{p['model_id']}@{p['revision']}: the source serves other bytes than it lists; re-run, and if it "
                                  "repeats use another endpoint or mirror")
-        result["changed"] = bool(plan.to_fetch) | write_manifest(dest, manifest_document(p["model_id"], p["revision"], p["source"], files, dest))
+        result["changed"] = bool(to_fetch or plan.reused) | write_manifest(dest, manifest_document(p["model_id"], p["revision"], p["source"],
+                                                                                                   files, dest))
     except StoreError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:  # the folder, not the network (those failures are StoreError sentences)

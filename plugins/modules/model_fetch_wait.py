@@ -52,7 +52,7 @@ EXAMPLES = r"""
   llmfleet.serving.model_fetch:
     model_id: Qwen/Qwen3-0.6B
     revision: v1.0
-    dest: /models/Qwen3-0.6B
+    dest: /models/Qwen3-0.6B@v1.0
   async: 21600
   poll: 0
   register: job
@@ -60,7 +60,7 @@ EXAMPLES = r"""
 - name: Follow it
   llmfleet.serving.model_fetch_wait:
     jobs:
-      - {jid: "{{ job.ansible_job_id }}", label: Qwen3-0.6B, dest: /models/Qwen3-0.6B, needed: 1503238553, start_bytes: 0}
+      - {jid: "{{ job.ansible_job_id }}", label: Qwen3-0.6B, dest: /models/Qwen3-0.6B@v1.0, needed: 1503238553, start_bytes: 0}
     interval: 15
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import threading
@@ -123,6 +124,43 @@ def test_not_enough_disk(hub, fresh):
 def test_branch_revision_warns(hub, fresh):
     result = fetch(hub, fresh, revision="master")
     assert any("is a branch" in w for w in result.get("warnings", []))
+
+
+def test_a_new_revision_is_fetched_beside_the_old_one_and_a_moved_one_is_refused(hub, tmp_path):
+    """Issue 35, with the real modelscope SDK: the unversioned folder of an earlier release (<root>/tiny-rev) gives every
+    file to the same revision's own folder (tiny-rev@v1.0) by hard link - the hub sends nothing; v2.0 (one file changed)
+    takes that file alone from the hub into tiny-rev@v2.0 and links the rest; the v1.0 folders keep their bytes. When
+    v2.0 then moves on the hub, its folder is not rewritten: the run fails before a byte moves."""
+    repo = pathlib.Path(hub["root"]) / "llmfleet" / "tiny-rev"
+    source = pathlib.Path(hub["root"]) / "llmfleet" / "tiny-qwen3" / "v1.0"
+    if not repo.exists():
+        shutil.copytree(source, repo / "v1.0")
+        shutil.copytree(source, repo / "v2.0")
+        (repo / "v2.0" / "llmfleet-tiny.json").write_text('{"revision": "v2.0"}\n')
+    hub_call(hub, "/_reset", {})
+    models = tmp_path / "models"
+    total = sum(hub["files"].values())
+    legacy = fetch(hub, models / "tiny-rev", model_id="llmfleet/tiny-rev")
+    assert legacy.get("failed") is not True, legacy.get("msg")
+    assert served(hub) == total
+    same = fetch(hub, models / "tiny-rev@v1.0", model_id="llmfleet/tiny-rev")
+    assert same["changed"] is True and same["fetched"] == [] and same["reused"] == sorted(hub["files"]), same
+    assert served(hub) == total, "the same revision in its own folder: nothing from the hub"
+    newer = fetch(hub, models / "tiny-rev@v2.0", model_id="llmfleet/tiny-rev", revision="v2.0")
+    assert newer["fetched"] == ["llmfleet-tiny.json"] and len(newer["reused"]) == len(hub["files"]) - 1, newer
+    changed = (repo / "v2.0" / "llmfleet-tiny.json").stat().st_size
+    assert served(hub) == total + changed
+    weights = {(models / f / "model.safetensors").stat().st_ino for f in ("tiny-rev", "tiny-rev@v1.0", "tiny-rev@v2.0")}
+    assert len(weights) == 1, "one weights file in three folders"
+    for folder in ("tiny-rev", "tiny-rev@v1.0"):
+        assert (models / folder / "llmfleet-tiny.json").read_bytes() == (source / "llmfleet-tiny.json").read_bytes()
+    (repo / "v2.0" / "llmfleet-tiny.json").write_text('{"revision": "v2.0", "moved": true}\n')
+    moved = fetch(hub, models / "tiny-rev@v2.0", model_id="llmfleet/tiny-rev", revision="v2.0")
+    assert moved.get("failed") is True and "v2.0 moved since it was fetched. It is not rewritten" in moved["msg"], moved
+    assert (models / "tiny-rev@v2.0" / "llmfleet-tiny.json").read_text() == '{"revision": "v2.0"}\n'
+    assert served(hub) == total + changed
+    print(f"\nrevisions: the hub sent {total:,} bytes for the unversioned folder, 0 for tiny-rev@v1.0 ({len(same['reused'])} "
+          f"files linked), {changed:,} for tiny-rev@v2.0 (1 file fetched, {len(newer['reused'])} linked); a moved v2.0 was refused")
 
 
 def test_http_mirror_fetch_resume_and_idempotence(hub, fresh, tmp_path):

@@ -1,5 +1,6 @@
 """Verify model_store (via_peer) on each serving host, and the hub's byte count for the fleet. The hosts
-name Qwen3-8B in three spellings; each plan and each store use the one folder /models/Qwen3-8B."""
+name Qwen3-8B in three spellings, each at revision v1.0; each plan and each store use the one folder
+/models/Qwen3-8B@v1.0 (a revision's own folder, issue 35)."""
 
 import json
 import os
@@ -9,7 +10,7 @@ testinfra_hosts = ["ansible://store"]
 
 HUB = "http://llmfleet-hub:8080"
 MODEL_ID = "Qwen/Qwen3-8B"
-MODEL_DIR = "/models/Qwen3-8B"
+MODEL_DIR = "/models/Qwen3-8B@v1.0"
 
 
 def listing(host):
@@ -41,7 +42,7 @@ def test_one_folder_whatever_the_spelling(host):
     assert inst["model_dir"] == MODEL_DIR == inst["args"][0]
     # one model folder for the three spellings (the SDK's <folder>.download.log lies beside it on the seeder)
     folders = host.check_output("find /models -mindepth 1 -maxdepth 1 -type d -printf '%f\\n'").split()
-    assert [f for f in folders if f.lower().startswith("qwen")] == ["Qwen3-8B"], folders
+    assert [f for f in folders if f.lower().startswith("qwen")] == ["Qwen3-8B@v1.0"], folders
 
 
 def test_the_share_is_stopped(host):

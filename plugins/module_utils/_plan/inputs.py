@@ -59,7 +59,8 @@ OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "
 DEPLOYMENT_DOC: Dict[str, str] = {
     "name": "Required. Lower-case letters, digits, '.', '_' or '-' (at most 63): instances are <name>-0, -1 ...; unique per host.",
     "model": "Required. A catalog id (Qwen/Qwen3-8B; case and owner optional), or a mapping: {id, path} serves a local folder "
-             "(not fetched), {id, config, weight_bytes} plans from a config.json given inline, revision pins the hub revision.",
+             "(not fetched), {id, config, weight_bytes} plans from a config.json given inline, revision pins the hub revision "
+             "(fetched into <root>/<name>@<revision>; a new revision rolls like an engine version).",
     "gpus": "all (default), a count (taken from one NVLink clique or NUMA node where possible), or a list of GPU indices; "
             "deployments of one host use disjoint GPUs. Ignored on CPU hosts.",
     "workload": "What the deployment must hold (the workload.* keys); it sizes TP, the KV cache and admission.",
@@ -129,7 +130,8 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "options.host_ports": "Set by plan.yml, not in the inventory: the host's other listeners by the variable that sets them - "
                           "gateway_listen (and gateway_tls_listen with TLS) on an llm_gateway host, gateway_webui_listen and "
                           "webui_port on an llm_webui host, model_store_share_port with model_store_distribution via_peer.",
-    "options.model_root": "llmfleet_model_root: the folder fetched models go to, <root>/<name> (default /models).",
+    "options.model_root": "llmfleet_model_root: the folder fetched models go to, <root>/<name>@<revision> (<root>/<name> "
+                          "for a model that pins no revision; default /models).",
     "options.gateway_on_host": "Whether the host is in llm_gateway: the engine listens on loopback and no edge nginx is planned.",
     "options.private_address": "llmfleet_private_address: where this host's edge nginx listens for the gateway when that runs "
                                "elsewhere (a private address, never guessed from ansible_host); the engine stays on loopback.",

@@ -33,8 +33,16 @@ def serving_source(d: Mapping[str, Any], req: Request, m: ModelProfile, options:
         source = model_source(m.id, d["model"], options.model_root)
     except NeedsError as exc:
         raise Refusal(f"{req.name}: {exc}") from exc
-    ctx.why(f"model_dir={source['dir']}", "the local path given with the deployment" if not source["fetch"]
-            else f"model_store fetches {m.id} into <model root>/<name>, the one folder both it and the engine use")
+    if not source["fetch"]:
+        where = "the local path given with the deployment"
+    elif source["revision"]:
+        where = (f"model_store fetches {m.id} at revision {source['revision']} into <model root>/<name>@<revision>, the one "
+                 "folder both it and the engine use; another revision gets its own folder beside it, so a revision change "
+                 "rolls the instance like an engine version change and never rewrites a folder an engine serves from")
+    else:
+        where = (f"model_store fetches {m.id} into <model root>/<name>, the one folder both it and the engine use (no "
+                 "revision pinned: the hub's default branch; pin one for a folder of its own per revision)")
+    ctx.why(f"model_dir={source['dir']}", where)
     ctx.why(f"bind_address={LOOPBACK}", options.bind_why)
     stop_s, stop_why = stop_timeout()
     ctx.why(f"stop_timeout_s={stop_s}", stop_why)

@@ -7,9 +7,11 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.filter.model_store import model_store_models
 from ansible_collections.llmfleet.serving.plugins.module_utils import _host_needs as needs
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
+QWEN_CONFIG = CATALOG["Qwen/Qwen3-8B"][0]
 
 
 def dep(model, name="a"):
@@ -23,10 +25,11 @@ def test_every_spelling_of_a_model_plans_fetches_and_serves_one_folder(spelling)
     d = plan["deployments"][0]
     inst = d["instances"][0]
     assert d["model_source"]["id"] == "Qwen/Qwen3-8B" and d["model_source"]["fetch"] is True
-    # the engine serves from the folder the store fills
-    assert inst["model_dir"] == d["model_source"]["dir"] == "/models/Qwen3-8B" == inst["args"][0]
+    # the engine serves from the folder the store fills; a pinned revision has a folder of its own
+    folder = "Qwen3-8B@v1.0" if isinstance(spelling, dict) else "Qwen3-8B"
+    assert inst["model_dir"] == d["model_source"]["dir"] == f"/models/{folder}" == inst["args"][0]
     [store] = model_store_models(plan, [], "/models", "master")
-    assert store == {"id": "Qwen/Qwen3-8B", "revision": "v1.0" if isinstance(spelling, dict) else "master", "dir": "Qwen3-8B"}
+    assert store == {"id": "Qwen/Qwen3-8B", "revision": "v1.0" if isinstance(spelling, dict) else "master", "dir": folder}
 
 
 def test_a_local_path_is_served_where_it_is_and_not_fetched():
@@ -38,8 +41,13 @@ def test_a_local_path_is_served_where_it_is_and_not_fetched():
 def test_store_list_from_an_explicit_list_and_its_failures():
     assert model_store_models(None, [{"id": "llmfleet/tiny-qwen3"}], "/models", "v1.0") == [
         {"id": "llmfleet/tiny-qwen3", "revision": "v1.0", "dir": "tiny-qwen3"}]
-    two = plan_host("h", BIG_CPU, [dep({"id": "Qwen/Qwen3-8B", "revision": "v1"}), dep({"id": "qwen3-8b", "revision": "v2"}, "b")])
-    with pytest.raises(Exception, match=r"/models/Qwen3-8B is wanted for Qwen/Qwen3-8B@v1 and Qwen/Qwen3-8B@v2"):
+    assert model_store_models(None, [{"id": "llmfleet/tiny-qwen3", "revision": "v2"}], "/models", "v1.0") == [
+        {"id": "llmfleet/tiny-qwen3", "revision": "v2", "dir": "tiny-qwen3@v2"}]
+    two = plan_host("h", BIG_CPU, [dep({"id": "acme/Qwen3-8B", "config": QWEN_CONFIG, "weight_bytes": 16 << 30}),
+                                   dep("Qwen/Qwen3-8B", "b")])
+    assert not two["errors"], two["errors"]
+    with pytest.raises(Exception, match=r"/models/Qwen3-8B is wanted for acme/Qwen3-8B@master and Qwen/Qwen3-8B@master: two "
+                                        r"models whose names differ only by their owner"):
         model_store_models(two, [], "/models", "master")
     with pytest.raises(Exception, match=r"the plan puts Qwen/Qwen3-8B in /models/Qwen3-8B but model_store_root is /srv/models"):
         model_store_models(plan_host("h", BIG_CPU, [dep("Qwen3-8B")]), [], "/srv/models", "master")

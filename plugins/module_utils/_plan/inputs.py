@@ -225,9 +225,9 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}] ({name}).trust_remote_code={d.get('trust_remote_code')!r}: true or false")
         _check_extras(d, f"{where}[{i}] ({name})")
         for key in ("image", "cuda"):
-            problem = engine.get(key) is not None and (unit_value(engine[key]) or (" " in str(engine[key]) and "a blank"))
+            problem = unit_value(engine[key]) if engine.get(key) is not None else None
             if problem:
-                raise PlanError(f"{where}[{i}] ({name}).engine.{key}={engine[key]!r} holds {problem}: give it on one word")
+                raise PlanError(f"{where}[{i}] ({name}).engine.{key}={engine[key]!r} holds {problem}: give it on one line")
         if "pooling" in d:
             try:
                 check_inventory_value(d["pooling"], f"{where}[{i}]")
@@ -259,10 +259,10 @@ def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -
         raise PlanError(f"inventory host {host!r}: its name holds {problem}; rename the host in the inventory")
     root = options.get("model_root", DEFAULT_MODEL_ROOT)
     if not _absolute_path(root):
-        raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models, one word without '..'")
+        raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models, on one line, without '..'")
     hyhal = options.get("hyhal_dir")
     if hyhal is not None and not _absolute_path(hyhal):
-        raise PlanError(f"{host}: llmfleet_hyhal_dir={hyhal!r}: an absolute folder such as /opt/hyhal, one word without '..'")
+        raise PlanError(f"{host}: llmfleet_hyhal_dir={hyhal!r}: an absolute folder such as /opt/hyhal, on one line, without '..'")
     try:
         hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
         edge, bind_why = edge_address(bool(options.get("gateway_on_host", False)), options.get("private_address"), host)
@@ -277,9 +277,9 @@ def _whole(value: Any) -> bool:
 
 
 def _absolute_path(value: Any) -> bool:
-    """A folder the units, the container mounts and the engine's command line can all carry: absolute, one word (no blank,
-    quote, control character or nginx syntax), no '..' step."""
-    return isinstance(value, str) and value.startswith("/") and nginx_word(value) is None and ".." not in value.split("/")
+    """A folder the units (quoted there), the container mounts and the engine's command line can all carry: absolute, on one
+    line (no control character), no '..' step."""
+    return isinstance(value, str) and value.startswith("/") and unit_value(value) is None and ".." not in value.split("/")
 
 
 def _check_model(spec: Any, where: str) -> None:
@@ -290,8 +290,8 @@ def _check_model(spec: Any, where: str) -> None:
             if value is not None and (unit_value(value) or nginx_word(value)):
                 raise PlanError(f"{where}.{key}={value!r}: {unit_value(value) or nginx_word(value)}; give it as the hub spells it")
         if spec.get("path") is not None and not _absolute_path(spec["path"]):
-            raise PlanError(f"{where}.path={spec['path']!r}: the model's folder on the host, an absolute path without blanks, "
-                            "quotes, control characters or '..' (e.g. /data/models/Qwen3-8B)")
+            raise PlanError(f"{where}.path={spec['path']!r}: the model's folder on the host, an absolute path on one line, "
+                            "without '..' (e.g. /data/models/Qwen3-8B)")
     elif isinstance(spec, str) and (unit_value(spec) or nginx_word(spec)):
         raise PlanError(f"{where}={spec!r}: {unit_value(spec) or nginx_word(spec)}; give a catalog or hub id such as Qwen/Qwen3-8B")
 

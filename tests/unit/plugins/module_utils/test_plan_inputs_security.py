@@ -216,7 +216,7 @@ def test_an_unused_allow_unsafe_entry_is_a_warning_and_an_unknown_one_an_error()
 @pytest.mark.parametrize("extra, where", [
     ({"extra_env": {"NCCL_DEBUG": "INFO\nVLLM_SERVER_DEV_MODE=1"}}, "extra_env.NCCL_DEBUG="),
     ({"extra_args": ["--chat-template-content-format", "string\nExecStartPre=/bin/sh"]}, "extra_args[1]="),
-    ({"model": {"id": "Qwen/Qwen3-0.6B", "path": "/models/q w"}}, ".model.path="),
+    ({"model": {"id": "Qwen/Qwen3-0.6B", "path": "/models/q\nw"}}, ".model.path="),
     ({"model": {"id": "Qwen/Qwen3-0.6B", "path": "models/q"}}, ".model.path="),
     ({"model": {"id": "Qwen/Qwen3-0.6B", "path": "/models/../etc"}}, ".model.path="),
     ({"model": "Qwen/Qwen3-0.6B\nx"}, ".model="),
@@ -230,7 +230,7 @@ def test_a_string_a_unit_or_file_cannot_carry_is_refused_naming_where(extra, whe
 
 
 @pytest.mark.parametrize("host, options, named", [("h\nx", {}, "inventory host"), ("a/b", {}, "inventory host"),
-                                                  ("h", {"model_root": "/models x"}, "llmfleet_model_root"),
+                                                  ("h", {"model_root": "/models\nx"}, "llmfleet_model_root"),
                                                   ("h", {"hyhal_dir": "/opt/hy\nhal"}, "llmfleet_hyhal_dir")])
 def test_host_names_and_folders_are_words_the_files_carry(host, options, named):
     with pytest.raises(PlanError, match=named):
@@ -293,3 +293,28 @@ def test_short_option_and_prefix_flags():
     assert short_option("-tp") and short_option("-O3") and not short_option("-1") and not short_option("-0.5")
     assert not short_option("--x") and not short_option("-")
     assert "--tokenizer" in VLLM_PREFIX_FLAGS and abbreviated("--tokenizer", frozenset({"--tokenizer-mode"})) == []
+
+
+# --- the gateway role's own values its templates write ------------------------------------------------------------------
+
+DEFAULTS = {"gateway_listen": ["80"], "gateway_webui_listen": ["3000"], "gateway_tls_listen": ["443 ssl"],
+            "gateway_client_max_body_size": "1m", "gateway_webui_client_max_body_size": "25m", "gateway_proxy_read_timeout": "600s",
+            "gateway_proxy_connect_timeout": "5s", "gateway_upstream_fail_timeout": "10s", "gateway_rate_limit": "20r/s",
+            "gateway_rate_burst": 40, "gateway_worker_connections": 4096, "gateway_worker_processes": "auto",
+            "gateway_upstream_keepalive": 16, "gateway_upstream_max_fails": 2, "gateway_webui_port": "3080"}
+
+
+def test_the_gateway_roles_defaults_pass_and_every_variable_is_checked():
+    assert gw.settings_problems(DEFAULTS) == []
+    assert set(DEFAULTS) == set(gw.SETTING_KINDS)
+    assert gw.settings_problems(dict(DEFAULTS, gateway_listen=["127.0.0.1:8080", "[::1]:8080 ssl", "unix:/run/gw.sock"])) == []
+
+
+@pytest.mark.parametrize("name, value", [("gateway_client_max_body_size", "1m; } server { listen 81; }"),
+                                         ("gateway_proxy_read_timeout", "600s;\nlocation /x {"), ("gateway_rate_limit", "20r/s burst"),
+                                         ("gateway_listen", ["80; } server { listen 81"]), ("gateway_listen", ["80\nssl"]),
+                                         ("gateway_worker_processes", "auto;x"), ("gateway_rate_burst", True),
+                                         ("gateway_tls_listen", ["443 ssl;"])])
+def test_a_gateway_value_that_would_end_a_directive_is_refused_naming_it(name, value):
+    [problem] = gw.settings_problems(dict(DEFAULTS, **{name: value}))
+    assert problem.startswith(name)

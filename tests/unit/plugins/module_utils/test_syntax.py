@@ -83,8 +83,11 @@ def test_what_env_value_lets_through_is_one_line_of_the_environment_file(value):
 
 
 @pytest.mark.parametrize("value", ["1\nVLLM_SERVER_DEV_MODE=1", "a\rb", "a\x00b"])
-def test_env_value_refuses_a_second_line(value):
+def test_env_value_refuses_a_second_line_and_so_does_the_environment_file(value):
+    """A carriage return ends a line of an EnvironmentFile as a newline does (before this issue env_file let it through)."""
     assert "control character" in syntax.env_value(value)
+    with pytest.raises(serving.ServingError, match="control character"):
+        serving.env_file({"X": value})
 
 
 def test_systemd_reads_back_a_unit_whose_words_passed_unit_value(tmp_path):

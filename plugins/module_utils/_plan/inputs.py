@@ -69,7 +69,7 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "gpus": "all (default), a count (taken from one NVLink clique or NUMA node where possible), or a list of GPU indices; "
             "deployments of one host use disjoint GPUs. Ignored on CPU hosts.",
     "workload": "What the deployment must hold (the workload.* keys); it sizes TP, the KV cache and admission.",
-    "engine": "Required: {version: \"0.18.0\"}; the image or package follows from the version and the hardware.",
+    "engine": "Required: {version: \"0.32.0\"}; the image or package follows from the version and the hardware.",
     "overrides": "Force any planner decision (the overrides.* keys); the plan's reason then says \"forced by overrides\".",
     "served_name": "The model name clients ask for (the gateway routes by it); default: name. A letter or digit, then up to 127 "
                    "letters, digits and . _ - / : @ + (no blanks, quotes, ';', '{', '}', '$', '#'). One model per name in the "
@@ -104,7 +104,7 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                          "a thinking section; clients may still ask per request).",
     "workload.tools": "Tool calling on (default true): the family's tool-call parser and --enable-auto-tool-choice.",
     "workload.vision": "false skips a multimodal model's vision tower (--language-model-only, vLLM 0.17+); default true.",
-    "engine.version": "Required. The vLLM release, e.g. \"0.18.0\"; 0.8.5 is the oldest planned, newer than the planner's "
+    "engine.version": "Required. The vLLM release, e.g. \"0.32.0\"; 0.8.5 is the oldest planned, newer than the planner's "
                       "table plans with a warning.",
     "engine.image": "Your own image instead of the planner's (a tag or digest, never latest); needed on AMD and for V100 from 0.20.",
     "engine.cuda": "The CUDA level engine.image is built with (\"12.9\"), for the driver check.",
@@ -204,7 +204,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}].port={port!r}: a port between 1024 and 65535")
         engine = d.get("engine") or {}
         if not isinstance(engine, Mapping) or "version" not in engine:
-            raise PlanError(f"{where}[{i}].engine must give a version, e.g. {{version: \"0.17.0\"}}; got {engine!r}")
+            raise PlanError(f"{where}[{i}].engine must give a version, e.g. {{version: \"0.32.0\"}}; got {engine!r}")
         try:
             parse_version(engine["version"])
         except EngineError as exc:

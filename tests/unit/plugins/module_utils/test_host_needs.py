@@ -9,6 +9,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _host_need
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
+from llmfleet_testing import accepting
+
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
 
 
@@ -80,7 +82,8 @@ def test_the_docker_runtime_listens_inside_its_container_by_the_plan_with_a_reas
     assert needs.engine_host(None) == ("127.0.0.1", None)
     host, why = needs.engine_host("vllm/vllm-openai:v0.17.0")
     assert host == needs.CONTAINER_HOST == "0.0.0.0" and "publishes the port on bind_address (127.0.0.1) only" in why and "same Docker bridge" in why
-    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": {"version": "0.17.0"}}])
+    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": accepting("0.17.0")}])
+    assert gpu["errors"] == [] and gpu["deployments"][0]["instances"]
     for inst in gpu["deployments"][0]["instances"]:
         assert inst["image"] and inst["bind_address"] == "127.0.0.1" and inst["args"][inst["args"].index("--host") + 1] == "0.0.0.0"
         assert [r["why"] for r in inst["reasons"] if r["decision"] == "host=0.0.0.0"] == [why]

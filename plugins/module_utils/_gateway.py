@@ -118,10 +118,11 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                     "address), rerun playbooks/plan.yml and apply the edge (playbooks/gateway.yml does), or add "
                     f"{host} to llm_gateway")
                 continue
-            problem = served_name(model)
+            problem = served_name(model) or nginx_word(host) or nginx_word(inst.get("name"))
             if problem:
-                errors.append(f"{host}: instance {inst.get('name')} serves {model!r}, {problem}: the plan was written by an older "
-                              "planner or edited by hand; rerun playbooks/plan.yml")
+                # the name, the host and the instance are written into the configuration's comments and routes
+                errors.append(f"{host!r}: instance {inst.get('name')!r} serves {model!r}: {problem}; the plan was written by an "
+                              "older planner or edited by hand: rerun playbooks/plan.yml")
                 continue
             by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name"),
                                                    "down": f"{host}/{inst.get('name')}" in out_of_rotation})

@@ -318,3 +318,10 @@ def test_the_gateway_roles_defaults_pass_and_every_variable_is_checked():
 def test_a_gateway_value_that_would_end_a_directive_is_refused_naming_it(name, value):
     [problem] = gw.settings_problems(dict(DEFAULTS, **{name: value}))
     assert problem.startswith(name)
+
+
+@pytest.mark.parametrize("host, instance", [("a\n}", "c-0"), ("a", "c-0; }")])
+def test_the_gateway_refuses_a_plan_whose_host_or_instance_name_would_change_its_nginx(host, instance):
+    bad = _plan(host, "c", "Qwen/Qwen3-8B", "x")
+    bad["deployments"][0]["instances"][0]["name"] = instance
+    assert any("edited by hand" in e for e in gw.gateway_model({host: bad}, host)["errors"])

@@ -55,6 +55,17 @@ def inventory(name: str):
     return host_vars.stem, hw, data["llmfleet_deployments"]
 
 
+def accepting(version: str, **engine) -> dict:
+    """A deployment's `engine` for a test that plans a release below the advisory floor (_engine.ADVISORY_FLOOR) to see what
+    the planner makes of that release, never to serve it: it opts in explicitly, naming every published advisory of the
+    release in accept_advisories as an operator would (docs/inventory.md#engine-advisories), taken from the planner's own
+    table. For a release at or above the floor the list is empty and the engine is the plain {version: ...}."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._engine import advisories_of, parse_version  # pylint: disable=import-outside-toplevel
+
+    accepted = [a.ghsa for a in advisories_of(parse_version(version))]
+    return dict({"version": version}, **({"accept_advisories": accepted} if accepted else {}), **engine)
+
+
 # A CPU host's deployment of a catalog model (the planner knows Qwen3-0.6B's config.json without a download)
 CPU_QWEN3_SMALL = [{"name": "qwen3-small", "model": "Qwen/Qwen3-0.6B", "engine": {"version": "0.32.0"},
                     "workload": {"max_model_len": 4096, "concurrency": 4, "goal": "throughput", "thinking": False, "tools": True}}]

@@ -1,7 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_addresses,
-gateway_edge and gateway_client_policy (docs in the sidecar YAML files)."""
+"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_addresses, gateway_edge,
+gateway_client_policy and gateway_settings (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,14 @@ def gateway_client_policy(options):
     return _call(gw.client_policy, dict(options or {}))
 
 
+def gateway_settings(settings):
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(f"gateway_settings: a mapping of the gateway role's variables, got {type(settings).__name__}")
+    return _call(gw.settings_problems, settings)
+
+
 class FilterModule:
     def filters(self):
         return {"gateway_plans": gateway_plans, "gateway_model": gateway_model, "gateway_api_keys": gateway_api_keys,
                 "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge,
-                "gateway_client_policy": gateway_client_policy}
+                "gateway_client_policy": gateway_client_policy, "gateway_settings": gateway_settings}

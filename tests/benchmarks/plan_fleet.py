@@ -22,6 +22,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".cache" / "collections"))
 
+from ansible_collections.llmfleet.serving.plugins.module_utils import _engine  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile  # noqa: E402
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host  # noqa: E402
 
@@ -40,7 +41,16 @@ def host_vars(i: int) -> dict:
     profile, model, version, length = FLEET[i % len(FLEET)]
     return {"llmfleet_hardware_profile": profile,
             "llmfleet_deployments": [{"name": "main", "model": model, "workload": {"max_model_len": length, "concurrency": 32},
-                                      "engine": {"version": version}}]}
+                                      "engine": engine(version)}]}
+
+
+def engine(version: str) -> dict:
+    """The field reports' releases below the advisory floor opt in by name, as an operator's inventory does
+    (docs/inventory.md#engine-advisories); a checkout without the advisory table (tests/tools/plan_snapshot.py --root) plans
+    the plain version."""
+    advisories_of = getattr(_engine, "advisories_of", None)
+    accepted = [a.ghsa for a in advisories_of(_engine.parse_version(version))] if advisories_of else []
+    return dict({"version": version}, **({"accept_advisories": accepted} if accepted else {}))
 
 
 def main() -> int:

@@ -281,3 +281,66 @@ def test_every_parser_in_the_family_table_exists_in_this_release(engine):
     reasoning = {r for r, _t in PARSERS.values() if r}
     assert reasoning - registered == set(), f"reasoning parsers vLLM {engine.version} does not have: {sorted(reasoning - registered)}"
     print(f"vLLM {engine.version}: {len(tools)} tool-call and {len(reasoning)} reasoning parsers of the table all present")
+
+
+# How the release's own `serve` parser reads an option word (issue 35): its option strings, whether it expands prefixes,
+# and for each word the option argparse takes it for ("=<option>"), "ambiguous" (argparse's error), "unknown" (no option
+# begins with it) or "value" (not an option word at all)
+READ_PROBE = r'''
+import contextlib, io, json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+import vllm.entrypoints.cli.serve as serve
+parser = FlexibleArgumentParser(prog="vllm")
+sub = parser.add_subparsers(required=True, dest="subparser")
+[cmd] = [c for c in serve.cmd_init() if c.name == "serve"]
+serve_parser = cmd.subparser_init(sub)
+read = {}
+for word in json.load(sys.stdin):
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            found = serve_parser._parse_optional(word)
+    except SystemExit:
+        read[word] = "ambiguous"
+        continue
+    found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    read[word] = "value" if found is None else "unknown" if found[0] is None else "=" + found[1]
+print(json.dumps({"options": sorted(serve_parser._option_string_actions), "allow_abbrev": serve_parser.allow_abbrev,
+                  "read": read}))
+'''
+
+
+def test_extra_args_are_read_as_the_engines_own_parser_reads_them(engine):
+    """_plan.inputs refuses an extra_args word that argparse would read as a guarded flag (PLANNED_FLAGS, the owned and the
+    unsafe ones, --trust-remote-code ...): every prefix of every guarded flag and of its --no- form goes through this
+    release's own serve parser, and whatever the parser reads as a guarded flag, or refuses as ambiguous, the plan refuses
+    too; a word the parser reads as an option of its own that is not guarded plans. VLLM_PREFIX_FLAGS holds every option
+    of this release that begins another option's name (it may hold more: another release's)."""
+    # pylint: disable=import-outside-toplevel
+    from ansible_collections.llmfleet.serving.plugins.module_utils._engine import UNSAFE_FLAGS, VLLM_PREFIX_FLAGS
+    from ansible_collections.llmfleet.serving.plugins.module_utils._plan.base import PlanError
+    from ansible_collections.llmfleet.serving.plugins.module_utils._plan.inputs import GUARDED_FLAGS, check_deployments
+
+    guarded = set(GUARDED_FLAGS) | {"--no-" + f[2:] for f in GUARDED_FLAGS}
+    switched_off = {"--no-" + f[2:] for f in UNSAFE_FLAGS}   # an unsafe switch turned off plans without allow_unsafe
+    words = sorted({f[:n] for f in guarded for n in range(4, len(f) + 1)})
+    found = json.loads(run(engine.venv / "bin" / "python", "-c", READ_PROBE, stdin=json.dumps(words)).splitlines()[-1])
+    options = set(found["options"])
+    assert found["allow_abbrev"], f"vLLM {engine.version}'s serve parser no longer expands prefixes: the abbreviation check may go"
+    begins = {a for a in options if a.startswith("--") and any(b != a and b.startswith(a) for b in options)}
+    assert begins <= VLLM_PREFIX_FLAGS, f"options of vLLM {engine.version} that begin another one, missing from VLLM_PREFIX_FLAGS: " \
+                                        f"{sorted(begins - VLLM_PREFIX_FLAGS)}"
+    wrong = []
+    for word in words:
+        real = found["read"][word]
+        try:
+            check_deployments([{"name": "d", "model": "Qwen/Qwen3-0.6B", "engine": {"version": engine.version}, "extra_args": [word]}],
+                              "h")
+            planned = True
+        except PlanError:
+            planned = False
+        if planned and (real == "ambiguous" or real[1:] in guarded - switched_off):
+            wrong.append(f"{word}: vLLM {engine.version} reads it as {real}, the plan lets it through")
+        if not planned and real.startswith("=") and real[1:] == word and (word not in guarded or word in switched_off):
+            wrong.append(f"{word}: an option of its own in vLLM {engine.version}, the plan refuses it")
+    print(f"vLLM {engine.version}: {len(words)} prefixes of {len(guarded)} guarded flags read by the release's own parser")
+    assert not wrong, "\n".join(wrong)

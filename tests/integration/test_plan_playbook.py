@@ -73,7 +73,9 @@ def test_dcu_k100_prints_two_tp4_instances_with_numa_cpusets(tmp_path):
 
 
 def test_impossible_plan_fails_the_play_with_its_numbers(tmp_path):
-    deployments = [{"name": "big", "model": "Qwen/Qwen3.5-397B-A17B", "engine": {"version": "0.18.0"}}]
+    # 0.18.0, the newest DCU image, is below the advisory floor: the test opts in by name, as inventories/dcu_k100 does
+    deployments = [{"name": "big", "model": "Qwen/Qwen3.5-397B-A17B",
+                    "engine": {"version": "0.18.0", "accept_advisories": ["GHSA-3mwp-wvh9-7528", "GHSA-94f4-hr76-p5j6"]}}]
     result = run_plan("dcu_k100", tmp_path, llmfleet_deployments=deployments)
     assert result["stats"]["dcu-01"]["failures"] == 1
     failed = task_result(result, "Stop on plans that cannot work", "dcu-01")
@@ -176,3 +178,36 @@ def test_a_port_that_the_web_ui_holds_on_the_host_is_refused(tmp_path):
     result = run_plan("h100", tmp_path, llmfleet_deployments=deployments)
     failed = task_result(result, "Stop on plans that cannot work", "h100-01")
     assert "port 3080: a-0 (a: port 3080) asks for the port Open WebUI (webui_port) listens on" in failed["msg"], failed["msg"]
+
+
+def test_two_models_under_one_served_name_on_two_hosts_stop_the_play_before_any_plan_file(tmp_path):
+    """Each host's plan is fine on its own; plan.yml's fleet check sees both, fails every host and writes no plan file.
+    Limited to one host (--limit), it still compares with the other's plan file."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    cpu = {"accelerators": [], "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24000, "driver_version": None}
+
+    def host(model):
+        return {"ansible_connection": "local", "llmfleet_hardware": cpu, "llmfleet_deployments": [
+            {"name": "chat", "served_name": "assistant", "model": model, "engine": {"version": "0.32.0"},
+             "workload": {"max_model_len": 2048, "concurrency": 2}}]}
+
+    inv = tmp_path / "two-hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"llm_serve": {"hosts": {"cpu-a": host("Qwen/Qwen3-0.6B"),
+                                                                                "cpu-b": host("Qwen/Qwen3.5-0.8B")}}}}}))
+    plans = tmp_path / "plans"
+    result = run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", str(inv), extra_vars={"llmfleet_plan_dir": str(plans)},
+                         with_inventory=False)
+    # run_once: the failure is counted on the host that ran the check, and every host of the play stops there (no file below)
+    assert sorted(result["stats"]) == ["cpu-a", "cpu-b"] and result["stats"]["cpu-a"]["failures"] == 1, result["stats"]
+    failed = task_result(result, "Stop when two models share a served name anywhere in the fleet (nothing written yet)", "cpu-a")
+    assert "'assistant' is given to different models" in failed["msg"]
+    assert "cpu-a/chat serves Qwen/Qwen3-0.6B" in failed["msg"] and "cpu-b/chat serves Qwen/Qwen3.5-0.8B" in failed["msg"]
+    assert not plans.exists() or not list(plans.glob("*.json"))
+    # host a planned alone (no conflict: b has no plan file yet), then b alone: b's run reads a's file and stops
+    first = run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", str(inv), "--limit", "cpu-a",
+                        extra_vars={"llmfleet_plan_dir": str(plans)}, with_inventory=False)
+    assert first["stats"]["cpu-a"]["failures"] == 0 and (plans / "cpu-a.json").exists()
+    second = run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", str(inv), "--limit", "cpu-b",
+                         extra_vars={"llmfleet_plan_dir": str(plans)}, with_inventory=False)
+    assert second["stats"]["cpu-b"]["failures"] == 1 and not (plans / "cpu-b.json").exists()

@@ -68,18 +68,25 @@ NEWEST = engine.vstr(engine.NEWEST)
 SM70 = engine.vstr(engine.LAST_SM70_RELEASE)
 DCU = engine.vstr(max(engine.DCU_IMAGES))
 AMD_IMAGE = "rocm/vllm:<your pinned tag>"
+
+
+def _accepting(version: str) -> Dict[str, Any]:
+    """engine.accept_advisories naming every advisory of `version` (a row whose hardware leaves no newer release)."""
+    return {"accept_advisories": [a.ghsa for a in engine.advisories_of(engine.parse_version(version))]}
+
+
 CPU_HOST = {"accelerators": [], "numa_cpus": {0: "0-15"}, "cpu_count": 16, "memory_mib": 65536, "driver_version": None}
 
 MATRIX_ROWS: List[Tuple[str, Any, str, Dict[str, Any]]] = [
     ("NVIDIA V100 (sm70)", "dgx1_v100_32gb", NEWEST, {}),
-    ("NVIDIA V100 (sm70)", "dgx1_v100_32gb", SM70, {}),
+    ("NVIDIA V100 (sm70)", "dgx1_v100_32gb", SM70, _accepting(SM70)),
     ("NVIDIA T4 (sm75)", "t4x4", NEWEST, {}),
     ("NVIDIA A100 (sm80)", "a100_sxm_8x_80gb", NEWEST, {}),
     ("NVIDIA L40S / RTX 4090 (sm89)", "rtx4090_8x_pcie", NEWEST, {}),
     ("NVIDIA H100 / H200 (sm90)", "h100_sxm_8x", NEWEST, {}),
     ("NVIDIA B200 (sm100)", _one_gpu("nvidia", "NVIDIA B200", "sm100", "10.0", 183359), NEWEST, {}),
-    ("Hygon DCU K100_AI (gfx928)", "k100ai_8x_pcie", DCU, {}),
-    ("Hygon DCU gfx936", _one_gpu("hygon", "Hygon DCU", "gfx936", None, 65536), DCU, {}),
+    ("Hygon DCU K100_AI (gfx928)", "k100ai_8x_pcie", DCU, _accepting(DCU)),
+    ("Hygon DCU gfx936", _one_gpu("hygon", "Hygon DCU", "gfx936", None, 65536), DCU, _accepting(DCU)),
     ("AMD Instinct MI300X (gfx942)", _one_gpu("amd", "AMD Instinct MI300X", "gfx942", None, 196608), NEWEST, {"image": AMD_IMAGE}),
     ("CPU only", CPU_HOST, NEWEST, {}),
 ]
@@ -190,7 +197,9 @@ def hardware_matrix() -> str:
         f"checkpoint under a load its KV cache cannot hold ({HEAVY['concurrency']} requests of {HEAVY['max_model_len']} tokens), "
         "so they show whether the planner moves the KV cache to fp8 there. Rows are planned at the newest vLLM the planner's "
         f"tables were read from ({NEWEST}), V100 also at {SM70} (the last release built for sm70), Hygon DCUs at {DCU} (the newest "
-        f"known DCU image), AMD Instinct with `engine.image` set (the planner has no default ROCm image). Checkpoints of "
+        f"known DCU image), both below the advisory floor ({engine.vstr(engine.ADVISORY_FLOOR)}) with their advisories named in "
+        "`engine.accept_advisories` ([docs/inventory.md](docs/inventory.md#engine-advisories)), AMD Instinct with "
+        "`engine.image` set (the planner has no default ROCm image). Checkpoints of "
         f"formats vLLM removed are refused from that version: {removed} (`_engine.QUANT_REMOVED`).",
         "",
     ]
@@ -232,6 +241,35 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def security_sections() -> List[str]:
+    """The tables behind engine.accept_advisories and allow_unsafe (_engine.ADVISORIES, OWNED_FLAGS, UNSAFE_FLAGS, UNSAFE_ENV)."""
+    lines = ["### Engine advisories", "",
+             "The published security advisories of vLLM the planner knows (`_engine.ADVISORIES`, [sources](sources.md#advisories)). "
+             f"A deployment whose `engine.version` one of them affects is refused, naming them, unless its `engine.accept_advisories` "
+             f"lists every one; from {engine.vstr(engine.ADVISORY_FLOOR)} on none applies. Accepting is a choice made by name, for "
+             "a release the hardware leaves no way around (the last V100 build, a vendor's DCU image): the engine still listens on "
+             "loopback only, behind the gateway's key check and path allow-list.", "",
+             "| Advisory | CVE | Affected releases | Fixed in | What |", "|---|---|---|---|---|"]
+    for a in sorted(engine.ADVISORIES, key=lambda a: (a.fixed, a.ghsa)):
+        lines.append(f"| [{a.ghsa}](https://github.com/vllm-project/vllm/security/advisories/{a.ghsa}) | {a.cve} | "
+                     f"{engine.vstr(a.since)} to before {engine.vstr(a.fixed)} | {engine.vstr(a.fixed)} | {_cell(a.what)} |")
+    lines += ["", "### Unsafe flags and environment", "",
+              "`extra_args` are read as vLLM's own parser reads them (`_engine.cli_flag`: `--max_model_len` is `--max-model-len`, "
+              "`--a.b` sets `--a`; argparse expands an unambiguous prefix, so `--hos` is `--host`): a prefix of any flag the planner "
+              "knows is refused until spelled out, and so is a short option (`-tp`, `-O3`). These flags and variables are never "
+              "set through `extra_args` / `extra_env`, or only where the deployment's `allow_unsafe` names them "
+              "([sources](sources.md#vllm-cli)):", "",
+              "| Flag or variable | Allowed | Why |", "|---|---|---|"]
+    lines += [f"| `{name}` | never | {_cell(why)} |" for name, why in sorted(engine.OWNED_FLAGS.items())]
+    lines += [f"| `{name}` | with `allow_unsafe` | {_cell(why)} |"
+              for name, why in sorted(engine.UNSAFE_FLAGS.items()) + sorted(engine.UNSAFE_ENV.items())]
+    lines += ["", "`--trust-remote-code` is the deployment's `trust_remote_code` key, checked against the model's `auto_map`; "
+              "the flags the planner writes (`--host`, `--port`, `--served-model-name` ...) and the variables the plan sets "
+              "(`VLLM_API_KEY`, `CUDA_VISIBLE_DEVICES` ...) are refused in any spelling. `--enable-server-load-tracking` is left "
+              "alone: its `/load` answers with a request count, and the gateway's allow-list does not pass it.", ""]
+    return lines
+
+
 def inventory_md() -> str:
     lines = [GENERATED, "", "# Inventory reference", "",
              "Every variable this collection reads, from the code: the host-level `llmfleet_*` variables the playbooks read, "
@@ -254,6 +292,7 @@ def inventory_md() -> str:
         for key in sorted(keys):
             lines.append(f"| `{prefix}{key}` | {_cell(planner.DEPLOYMENT_DOC.get(prefix + key, 'UNDOCUMENTED'))} |")
         lines.append("")
+    lines += security_sections()
     lines += ["## Role variables", ""]
     for role in sorted((ROOT / "roles").iterdir()):
         spec_file = role / "meta" / "argument_specs.yml"
@@ -437,6 +476,27 @@ FIXES: Dict[str, str] = {
     "the key file is empty": "Restore the key file with the key the engines use (docs/day2.md, \"Restoring the engines' key\").",
     "is only written for two keys": "A bug in the caller: report it.",
     "no API key was given": "A bug in the caller (the vllm role passes the key file's key): report it.",
+    # issue 35: input that reaches a config file or a unit
+    "roles/gateway/tasks/settings.yml": "Each part names the gateway_* variable and what it must be (a listen value, an nginx "
+                                        "size, time or rate, a whole number); fix it in the inventory.",
+    "share a served name anywhere in the fleet": "Give each model its own served_name, or the same model at the same revision to "
+                                                 "every deployment of that name (the message names each host/deployment and "
+                                                 "what it serves), then run plan.yml again.",
+    "gateway option {…}={…}: a whole number": "Set gateway_upstream_keepalive and gateway_upstream_max_fails to whole numbers, "
+                                              "gateway_upstream_fail_timeout to an nginx time such as 10s.",
+    ").served_name={…}": "Rename served_name within the rule the message states (letters, digits and . _ - / : @ +, at most 128).",
+    "its name holds {…}; rename the host": "Rename the inventory host: no blank, quote, ';', '{', '}', '$', '#', '/' or control "
+                                           "character (it names the plan file and comments the gateway's nginx configuration).",
+    "one word on one line (no blank or control character)": "Write the overrides value the message names as one word: a "
+                                                            "parser or backend name, a template file.",
+    "cannot carry: one argument per list item": "Split the value into extra_args items, one argument each, none with a newline, "
+                                                "carriage return or tab.",
+    "is not a flag name (letters, digits": "Write the flag as --name (letters, digits and '-'), its value as the next item or after '='.",
+    "a prefix of {…}: vLLM's parser": "Write the whole flag (the message names the flag or flags the prefix begins); a flag the "
+                                      "plan decides or refuses stays refused when spelled out.",
+    "_check_extras {…}.extra_args sets {…}": "The flag's own reason follows the name in the message: set the overrides key it "
+                                             "names, the deployment's trust_remote_code or pooling key, name the flag in allow_unsafe "
+                                             "(a flag that opens the engine), or remove it (a flag the fleet owns, e.g. --api-key).",
     "failed_when: __lab_boot": "The lab host's systemd did not come up: `docker logs <container>`; `make demo-down` and run again.",
 }
 

@@ -120,6 +120,14 @@ def inventory_hosts(root: pathlib.Path, hardware_profile: Callable[[str], Any]) 
             yield inv.name, host, hardware, deployments, options
 
 
+def _engine_of(version: str) -> Dict[str, Any]:
+    """{version} with accept_advisories naming the release's advisories, where the checkout has the table (issue 35): the grid
+    plans releases below the advisory floor to see what the planner makes of them, and opts in as an operator would."""
+    engine = sys.modules.get("ansible_collections.llmfleet.serving.plugins.module_utils._engine")
+    accepted = [a.ghsa for a in engine.advisories_of(engine.parse_version(version))] if hasattr(engine, "advisories_of") else []
+    return dict({"version": version}, **({"accept_advisories": accepted} if accepted else {}))
+
+
 def cases(root: pathlib.Path, hardware_profile: Callable[[str], Any], profile_names: Tuple[str, ...],
           catalog: Mapping[str, Any]) -> Iterator[Tuple[str, str, str, Any, Any, Dict[str, Any]]]:
     """(group, name, host, hardware, deployments, options) of every plan this tool renders."""
@@ -131,7 +139,7 @@ def cases(root: pathlib.Path, hardware_profile: Callable[[str], Any], profile_na
         for model_label, model in models:
             for workload_label, workload in WORKLOADS.items():
                 for version in VERSIONS:
-                    dep = {"name": "d", "model": model, "engine": {"version": version}, "workload": workload}
+                    dep = {"name": "d", "model": model, "engine": _engine_of(version), "workload": workload}
                     yield "grid", f"{label}--{model_label}--{workload_label}--{version}", "h", hardware, [dep], {}
     fleet = importlib.import_module("plan_fleet")
     for i in range(len(fleet.FLEET)):

@@ -33,13 +33,16 @@ LAYERS: Dict[str, Set[str]] = {
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
     "_config_tree": set(), "_rotation": set(), "_units": set(), "_host_tuning": {"_units"},
+    # what each file syntax can carry (nginx, systemd, environment files) and the served name's rule: the planner refuses
+    # an inventory value with it, the gateway re-checks the plans it reads
+    "_syntax": set(),
     # the planner's package, stage by stage
     "_plan": set(),
     "_plan.base": {"_fleet_vars"},
     "_plan.memory": {"_engine", "_models", "_plan.base"},
     "_plan.stages": {"_engine", "_plan.base", "_plan.memory"},
     "_plan.ports": {"_plan.base"},
-    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.ports", "_plan.stages", "_pooling"},
+    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.ports", "_plan.stages", "_pooling", "_syntax"},
     "_plan.pooling": {"_engine", "_models", "_plan.base", "_plan.stages", "_pooling"},
     "_plan.model": {"_engine", "_hf_names", "_host_needs", "_models", "_plan.base", "_plan.stages", "_vllm_archs"},
     # topology reads the model's heads (sharding.valid_tp) to lay TP ranks over a CPU host's NUMA nodes (issue 34)
@@ -57,7 +60,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.instances": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.engine", "_plan.stages", "_plan.topology"},
     "_plan.compose": {"_engine", "_plan.base", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
                       "_plan.layout", "_plan.model", "_plan.pooling", "_plan.ports", "_plan.precision", "_plan.sizer", "_plan.sizing",
-                      "_plan.stages", "_plan.topology"},
+                      "_plan.stages", "_plan.topology", "_syntax"},
     # the contract: re-exports the stages' names
     "_planner": {"_plan.base", "_plan.compose", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
                  "_plan.layout", "_plan.memory", "_plan.model", "_plan.ports", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.sizing",
@@ -65,7 +68,7 @@ LAYERS: Dict[str, Set[str]] = {
                  # the lower-layer names its namespace held before the split, kept importable from the contract
                  "_engine", "_hardware", "_host_needs", "_models", "_nvidia_driver"},
     # plan consumers: above the planner
-    "_fleet_plans": set(), "_serving": {"_engine", "_engine_keys", "_fleet_vars", "_host_needs", "_units"}, "_gateway": {"_fleet_plans", "_pooling"},
+    "_fleet_plans": set(), "_serving": {"_engine", "_engine_keys", "_fleet_vars", "_host_needs", "_syntax", "_units"}, "_gateway": {"_fleet_plans", "_pooling", "_syntax"},
     "_verify": {"_engine", "_pooling"}, "_reach": {"_verify"}, "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
 }

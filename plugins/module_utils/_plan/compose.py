@@ -8,7 +8,8 @@ import json
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .._engine import parse_version, vstr
-from .base import Ctx, Refusal
+from .._syntax import env_value, unit_value
+from .base import Ctx, PlanError, Refusal
 from .engine import engine_build
 from .features import choose_features
 from .hints import variant_fits
@@ -34,7 +35,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
     opts = options if isinstance(options, HostOptions) else HostOptions.of(options)
     ctx = Ctx([])
     out: Dict[str, Any] = {"name": d["name"], "model": None, "engine_version": vstr(parse_version(d["engine"]["version"])),
-                           "instances": [], "reasons": ctx.reasons}
+                           "served_model_name": d.get("served_name") or d["name"], "instances": [], "reasons": ctx.reasons}
     try:
         req = read_request(d, ctx)
         m = choose_model(d, req, opts.model_metadata)
@@ -73,7 +74,19 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         if exc.data:
             out["refusal"] = exc.data
         return Planned(out, exc.messages, ctx.warnings, [], [])
+    _check_carried(out["instances"])
     return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]], [i["port"] for i in out["instances"]])
+
+
+def _check_carried(instances: List[Mapping[str, Any]]) -> None:
+    """Every word of each instance's command line and every value of its environment on one line, as a systemd unit and an
+    environment file carry them (_syntax); the inventory's values were checked one by one already (_plan.inputs), this
+    holds for what the stages made of them too."""
+    for inst in instances:
+        bad = [repr(a) for a in inst["args"] if unit_value(a)] + [f"{k}={v!r}" for k, v in inst["env"].items() if env_value(v)]
+        if bad:
+            raise PlanError(f"{inst['name']}: the plan would write {', '.join(bad)} into the engine's unit or environment file, which "
+                            "cannot carry a newline or another control character: find the inventory value it came from")
 
 
 def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:

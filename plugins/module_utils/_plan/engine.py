@@ -10,8 +10,8 @@ import math
 from typing import Any, Dict, List, Mapping, Tuple
 
 from .._engine import (
-    DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, MEMORY_MODEL_ASSUMES, NO_OFFICIAL_SM70_SINCE, Version, has_flag, nvidia_image, rocm_image_refusal,
-    vstr,
+    DCU_IMAGES, FLAG_SINCE, FLAG_UNTIL, MEMORY_MODEL_ASSUMES, NO_OFFICIAL_SM70_SINCE, UNSAFE_ENV, UNSAFE_FLAGS, Version, cli_flag, has_flag,
+    nvidia_image, rocm_image_refusal, vstr,
 )
 from .._nvidia_driver import driver_verdict
 from .base import Ctx, PlanError
@@ -97,7 +97,8 @@ def extras(d: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str]
     """The inventory's extra_args / extra_env, checked against what the planner knows of this engine version."""
     args = [str(a) for a in d.get("extra_args") or []]
     env = {str(k): str(v) for k, v in (d.get("extra_env") or {}).items()}
-    flags = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    # as vLLM's parser names them (--max_model_len is --max-model-len; _plan.inputs refused abbreviations already)
+    flags = [f for f in (cli_flag(a) for a in args) if f]
     for flag in flags:
         if flag in FLAG_SINCE or flag in FLAG_UNTIL:
             if not has_flag(version, flag):
@@ -117,6 +118,14 @@ def extras(d: Mapping[str, Any], version: Version, ctx: Ctx, warnings: List[str]
                         "the KV cache vLLM logs at start-up")
     if env:
         ctx.why(f"extra_env={','.join(sorted(env))}", "from the inventory (llmfleet_deployments[].extra_env)")
+    unsafe = list(d.get("allow_unsafe") or [])
+    used = [u for u in unsafe if u in flags or u in env]
+    if used:
+        ctx.why(f"allow_unsafe={','.join(used)}", "the inventory lets this deployment open the engine beyond inference: "
+                + "; ".join(f"{u}: {UNSAFE_FLAGS.get(u) or UNSAFE_ENV.get(u)}" for u in used))
+    unused = [u for u in unsafe if u not in used]
+    if unused:
+        warnings.append(f"{name}: allow_unsafe names {', '.join(unused)}, which neither extra_args nor extra_env sets: remove them")
     return args, env
 
 

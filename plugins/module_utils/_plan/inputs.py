@@ -5,22 +5,24 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Tuple
 
 from .._engine import (
-    FLAG_SINCE, FLAG_UNTIL, KNOWN_AFTER_NEWEST, NEWEST, OLDEST, UNPLANNED_LAYOUT_FLAGS, EngineError, has_flag, image_pinned, parse_version,
-    vstr,
+    ADVISORIES, ADVISORY_FLOOR, FLAG_SINCE, FLAG_UNTIL, GHSA_RE, KNOWN_AFTER_NEWEST, MEMORY_MODEL_ASSUMES, NEWEST, OLDEST, OWNED_FLAGS,
+    UNPLANNED_LAYOUT_FLAGS, UNSAFE_ENV, UNSAFE_FLAGS, EngineError, Version, abbreviated, advisories_of, cli_flag, has_flag,
+    image_pinned, parse_version, short_option, vstr,
 )
 from .._hardware import HardwareError, validate_hardware
 from .._host_needs import SHUTDOWN_FLAG, NeedsError, edge_address
 from .._pooling import PoolingError, check_inventory_value
+from .._syntax import env_value, nginx_word, served_name, unit_value
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
 from .ports import check_in_force, host_ports
 from .stages import HostOptions, Request
 
 
 DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env",
-                   "trust_remote_code", "pooling"}
+                   "trust_remote_code", "pooling", "allow_unsafe"}
 # the one way to let a deployment run its model's own code: never through extra_args
 TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"
 # the flags that say a model is a pooling model (_pooling.runner_args): the deployment's `pooling` key decides them
@@ -45,7 +47,13 @@ PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port":
 PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_API_KEY",
                "VLLM_ATTENTION_BACKEND"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENGINE_KEYS = {"version", "image", "cuda"}
+# Every flag the checks below know by name: an extra_args word that is a strict prefix of one of them (or of its --no- form)
+# is an abbreviation vLLM's parser may expand to it (_engine.abbreviated), so it is refused until spelled out
+GUARDED_FLAGS = frozenset(set(PLANNED_FLAGS) | set(POOLING_FLAGS) | set(UNPLANNED_LAYOUT_FLAGS) | {TRUST_REMOTE_CODE_FLAG}
+                          | set(OWNED_FLAGS) | set(UNSAFE_FLAGS))
+KNOWN_FLAGS = frozenset(GUARDED_FLAGS | {"--no-" + f[2:] for f in GUARDED_FLAGS} | set(FLAG_SINCE) | set(FLAG_UNTIL)
+                        | set(MEMORY_MODEL_ASSUMES))
+ENGINE_KEYS = {"version", "image", "cuda", "accept_advisories"}
 # plan_host's options (playbooks/plan.yml fills them from the inventory)
 PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata", "ports_in_force",
                 "host_ports"}
@@ -64,16 +72,22 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "gpus": "all (default), a count (taken from one NVLink clique or NUMA node where possible), or a list of GPU indices; "
             "deployments of one host use disjoint GPUs. Ignored on CPU hosts.",
     "workload": "What the deployment must hold (the workload.* keys); it sizes TP, the KV cache and admission.",
-    "engine": "Required: {version: \"0.18.0\"}; the image or package follows from the version and the hardware.",
+    "engine": "Required: {version: \"0.32.0\"}; the image or package follows from the version and the hardware.",
     "overrides": "Force any planner decision (the overrides.* keys); the plan's reason then says \"forced by overrides\".",
-    "served_name": "The model name clients ask for (the gateway routes by it); default: name.",
+    "served_name": "The model name clients ask for (the gateway routes by it); default: name. A letter or digit, then up to 127 "
+                   "letters, digits and . _ - / : @ + (no blanks, quotes, ';', '{', '}', '$', '#'). One model per name in the "
+                   "whole fleet: deployments on any hosts that share a served_name serve the same model at the same revision.",
     "port": "The deployment's port (1024-65535): instance k listens on port + k, every instance of the deployment. Two "
             "users of one port on a host are refused, naming both: another deployment's instance, the port an instance of the "
             "plan in force holds, the gateway's, the web UI's or the model share's listener. Default: the port the instance has "
             "in the plan in force (it keeps it whatever is added or removed), else the lowest free port from "
             f"llmfleet_vllm_base_port ({DEFAULT_BASE_PORT}).",
-    "extra_args": "Flags appended after the planned ones, e.g. [--enable-prefix-caching]; a flag the planner writes is refused "
-                  "(naming the overrides key), one this engine version lacks too.",
+    "extra_args": "Flags appended after the planned ones, e.g. [--enable-prefix-caching], read as vLLM's parser reads them "
+                  "(--max_model_len is --max-model-len, an unambiguous prefix is the flag it begins): a flag the planner writes is "
+                  "refused (naming the overrides key), one this engine version lacks too, and so are an abbreviation of a flag "
+                  "the planner knows (spell it out), a short option (-tp: use the long flag), --api-key, --hf-token, --uds, --model "
+                  "and --config (the fleet owns them), and the flags that open the engine to its clients unless allow_unsafe "
+                  "names them.",
     "trust_remote_code": "false (default) or true: lets vLLM run the Python code the model's repository ships (its config.json or "
                          "tokenizer_config.json auto_map), with --trust-remote-code. A model that needs it is refused until it is "
                          "true; never given through extra_args.",
@@ -81,7 +95,12 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                "and side files do not say it (e.g. a *ForCausalLM checkpoint used as an embedder without modules.json); false: serve "
                "it as a generative model although they do. Default: decided as vLLM decides (modules.json, the architecture).",
     "extra_env": "Environment added to every instance, e.g. {VLLM_LOGGING_LEVEL: DEBUG}; the variables the plan or the roles "
-                 "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced.",
+                 "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced, and the ones that open the engine "
+                 "(VLLM_SERVER_DEV_MODE, VLLM_ALLOW_RUNTIME_LORA_UPDATING, VLLM_HOST_IP, VLLM_PORT ...) need allow_unsafe. "
+                 "Values on one line (no newline or other control character).",
+    "allow_unsafe": "The extra_args flags and extra_env variables that open the engine beyond inference which this "
+                    "deployment may set anyway, each by name, e.g. [--allowed-local-media-path, VLLM_SERVER_DEV_MODE] "
+                    "(the list and why each is unsafe: docs/inventory.md#unsafe-flags-and-environment). Default: none.",
     "workload.max_model_len": "Longest request in tokens, or auto (default): the longest the KV cache holds, capped by the model's context. "
                               "Beyond the context, YaRN where the family's model card documents it (Qwen3: up to 131072).",
     "workload.concurrency": f"Concurrent requests the deployment must hold (default {DEFAULT_CONCURRENCY}, a planner default the "
@@ -92,10 +111,13 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                          "a thinking section; clients may still ask per request).",
     "workload.tools": "Tool calling on (default true): the family's tool-call parser and --enable-auto-tool-choice.",
     "workload.vision": "false skips a multimodal model's vision tower (--language-model-only, vLLM 0.17+); default true.",
-    "engine.version": "Required. The vLLM release, e.g. \"0.18.0\"; 0.8.5 is the oldest planned, newer than the planner's "
+    "engine.version": "Required. The vLLM release, e.g. \"0.32.0\"; 0.8.5 is the oldest planned, newer than the planner's "
                       "table plans with a warning.",
     "engine.image": "Your own image instead of the planner's (a tag or digest, never latest); needed on AMD and for V100 from 0.20.",
     "engine.cuda": "The CUDA level engine.image is built with (\"12.9\"), for the driver check.",
+    "engine.accept_advisories": "The published vLLM security advisories (GHSA ids) this deployment runs with anyway: a release "
+                                f"below {vstr(ADVISORY_FLOOR)} that one affects is refused until each is named here, e.g. "
+                                "[GHSA-94f4-hr76-p5j6] (the table: docs/inventory.md#engine-advisories). Default: none.",
     "overrides.tensor_parallel_size": "GPUs per instance; must divide the model's heads and the GPUs assigned. On a CPU host: "
                                       "NUMA nodes per instance, one rank each (default: as many as the heads allow that tile the nodes).",
     "overrides.instances": "How many instances (default: GPUs / TP; on a CPU host NUMA nodes / TP, e.g. instances: 2 with "
@@ -161,6 +183,12 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         names.add(name)
         if not d.get("model"):
             raise PlanError(f"{where}[{i}] ({name}) has no model")
+        _check_model(d["model"], f"{where}[{i}] ({name}).model")
+        if "served_name" in d:
+            problem = served_name(d["served_name"])
+            if problem:
+                raise PlanError(f"{where}[{i}] ({name}).served_name={d['served_name']!r}: {problem}; it is the name clients ask "
+                                "for and it lands in the gateway's nginx configuration and the engine's systemd unit")
         for key, allowed in (("workload", WORKLOAD_KEYS), ("overrides", OVERRIDE_KEYS)):
             value = d.get(key) or {}
             if not isinstance(value, Mapping):
@@ -190,7 +218,7 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}].port={port!r}: a port between 1024 and 65535")
         engine = d.get("engine") or {}
         if not isinstance(engine, Mapping) or "version" not in engine:
-            raise PlanError(f"{where}[{i}].engine must give a version, e.g. {{version: \"0.17.0\"}}; got {engine!r}")
+            raise PlanError(f"{where}[{i}].engine must give a version, e.g. {{version: \"0.32.0\"}}; got {engine!r}")
         try:
             parse_version(engine["version"])
         except EngineError as exc:
@@ -198,9 +226,22 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         unknown_engine = sorted(set(engine) - ENGINE_KEYS)
         if unknown_engine:
             raise PlanError(f"{where}[{i}].engine has unknown keys {unknown_engine}; known: {sorted(ENGINE_KEYS)}")
+        accepted = engine.get("accept_advisories", [])
+        known_ids = {a.ghsa for a in ADVISORIES}
+        if not isinstance(accepted, list) or not all(isinstance(a, str) and GHSA_RE.match(a) for a in accepted):
+            raise PlanError(f"{where}[{i}] ({name}).engine.accept_advisories={accepted!r}: a list of GHSA ids such as "
+                            "GHSA-94f4-hr76-p5j6 (the ones a plan for this release names)")
+        unknown_ids = sorted(set(accepted) - known_ids)
+        if unknown_ids:
+            raise PlanError(f"{where}[{i}] ({name}).engine.accept_advisories names {', '.join(unknown_ids)}, which the planner's "
+                            f"table does not hold (known: {', '.join(sorted(known_ids))}): copy the ids the plan's refusal names")
         if not isinstance(d.get("trust_remote_code", False), bool):
             raise PlanError(f"{where}[{i}] ({name}).trust_remote_code={d.get('trust_remote_code')!r}: true or false")
         _check_extras(d, f"{where}[{i}] ({name})")
+        for key in ("image", "cuda"):
+            problem = unit_value(engine[key]) if engine.get(key) is not None else None
+            if problem:
+                raise PlanError(f"{where}[{i}] ({name}).engine.{key}={engine[key]!r} holds {problem}: give it on one line")
         if "pooling" in d:
             try:
                 check_inventory_value(d["pooling"], f"{where}[{i}]")
@@ -226,9 +267,16 @@ def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -
         base_port = int(base_port)   # -e llmfleet_vllm_base_port=9000 arrives as a string
     if not isinstance(base_port, int) or isinstance(base_port, bool) or not 1024 <= base_port <= 65535:
         raise PlanError(f"{host}: llmfleet_vllm_base_port={base_port!r}: a port between 1024 and 65535")
+    problem = nginx_word(host) or ("/" in str(host) and "a '/'")
+    if problem:
+        # the host's name names its plan file (<plan dir>/<host>.json) and comments the gateway's upstream servers
+        raise PlanError(f"inventory host {host!r}: its name holds {problem}; rename the host in the inventory")
     root = options.get("model_root", DEFAULT_MODEL_ROOT)
-    if not isinstance(root, str) or not root.startswith("/"):
-        raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models")
+    if not _absolute_path(root):
+        raise PlanError(f"{host}: llmfleet_model_root={root!r}: an absolute folder such as /models, on one line, without '..'")
+    hyhal = options.get("hyhal_dir")
+    if hyhal is not None and not _absolute_path(hyhal):
+        raise PlanError(f"{host}: llmfleet_hyhal_dir={hyhal!r}: an absolute folder such as /opt/hyhal, on one line, without '..'")
     try:
         hw = validate_hardware(hardware, source=f"{host}: llmfleet_hardware")
         edge, bind_why = edge_address(bool(options.get("gateway_on_host", False)), options.get("private_address"), host)
@@ -244,6 +292,26 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _absolute_path(value: Any) -> bool:
+    """A folder the units (quoted there), the container mounts and the engine's command line can all carry: absolute, on one
+    line (no control character), no '..' step."""
+    return isinstance(value, str) and value.startswith("/") and unit_value(value) is None and ".." not in value.split("/")
+
+
+def _check_model(spec: Any, where: str) -> None:
+    """The model's id, revision and local path as words the plan can carry into a unit, a container and a file name."""
+    if isinstance(spec, Mapping):
+        for key in ("id", "revision"):
+            value = spec.get(key)
+            if value is not None and (unit_value(value) or nginx_word(value)):
+                raise PlanError(f"{where}.{key}={value!r}: {unit_value(value) or nginx_word(value)}; give it as the hub spells it")
+        if spec.get("path") is not None and not _absolute_path(spec["path"]):
+            raise PlanError(f"{where}.path={spec['path']!r}: the model's folder on the host, an absolute path on one line, "
+                            "without '..' (e.g. /data/models/Qwen3-8B)")
+    elif isinstance(spec, str) and (unit_value(spec) or nginx_word(spec)):
+        raise PlanError(f"{where}={spec!r}: {unit_value(spec) or nginx_word(spec)}; give a catalog or hub id such as Qwen/Qwen3-8B")
+
+
 def _check_overrides(o: Mapping[str, Any], where: str) -> None:
     """The overrides' numbers and switches, before any planning (a wrong type is malformed input, not an impossible plan)."""
     for key in ("tensor_parallel_size", "instances", "max_num_seqs", "max_num_batched_tokens", "cpu_kvcache_space_gib"):
@@ -257,6 +325,9 @@ def _check_overrides(o: Mapping[str, Any], where: str) -> None:
     for key in ("enforce_eager", "expert_parallel"):
         if key in o and not isinstance(o[key], bool):
             raise PlanError(f"{where}.{key}={o[key]!r}: true or false")
+    for key, value in o.items():
+        if isinstance(value, str) and (unit_value(value) or re.search(r"\s", value)):
+            raise PlanError(f"{where}.{key}={value!r}: one word on one line (no blank or control character)")
     template = o.get("chat_template")
     if "chat_template" in o and not (isinstance(template, str) and template.strip() == template and template
                                      and template.endswith(".jinja") and ".." not in template.split("/")):
@@ -264,43 +335,114 @@ def _check_overrides(o: Mapping[str, Any], where: str) -> None:
                         "engine reads, without '..'")
 
 
+def _allowed_unsafe(d: Mapping[str, Any], where: str) -> AbstractSet[str]:
+    """allow_unsafe: the UNSAFE_FLAGS / UNSAFE_ENV names this deployment may set, each spelled as the tables spell it."""
+    allowed = d.get("allow_unsafe", [])
+    if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
+        raise PlanError(f"{where}.allow_unsafe={allowed!r}: a list of flag and variable names, e.g. [--allowed-local-media-path]")
+    for name in allowed:
+        if name in UNSAFE_FLAGS or name in UNSAFE_ENV:
+            continue
+        if name in OWNED_FLAGS or name == TRUST_REMOTE_CODE_FLAG or name in PLANNED_ENV:
+            raise PlanError(f"{where}.allow_unsafe names {name}, which no deployment may set"
+                            + (": set trust_remote_code: true on the deployment instead" if name == TRUST_REMOTE_CODE_FLAG else
+                               f" ({OWNED_FLAGS[name]})" if name in OWNED_FLAGS else " (the plan or the roles set it)"))
+        raise PlanError(f"{where}.allow_unsafe names {name!r}, which is not one of the flags or variables it opens: "
+                        f"{', '.join(sorted(UNSAFE_FLAGS) + sorted(UNSAFE_ENV))}")
+    return frozenset(allowed)
+
+
+def _flag_refusal(flag: str, allowed: AbstractSet[str]) -> Optional[str]:
+    """Why extra_args may not set `flag` (a whole flag as vLLM's parser names it), as the rest of a sentence that began
+    with the setting it names (_setting); None when it may."""
+    base = _setting(flag)
+    off = base != flag
+    if base == TRUST_REMOTE_CODE_FLAG:
+        return (": whether the model's own code runs is the deployment's trust_remote_code setting (true or false), which the "
+                "plan checks against the model's auto_map; remove it from extra_args and set trust_remote_code: true on the "
+                "deployment")
+    if base in POOLING_FLAGS:
+        return (", which the planner decides from the model (pooling or generate): set the deployment's pooling key (embed, "
+                "classify or false) instead")
+    if base in UNPLANNED_LAYOUT_FLAGS:
+        return (", which changes how many GPUs an instance spans and what each holds; the planner does not plan it yet, so its "
+                "sizing would be wrong: remove it (the plan's reasons say what was considered)")
+    if base in PLANNED_FLAGS:
+        key = PLANNED_FLAGS[base]
+        return (", which the planner decides: "
+                + (f"set overrides.{key} instead" if key else "it follows from the plan and cannot be set twice"))
+    if base in OWNED_FLAGS:
+        return f", which no deployment may set: {OWNED_FLAGS[base]}"
+    if base in UNSAFE_FLAGS and not off and base not in allowed:
+        return (f", which opens the engine beyond inference: {UNSAFE_FLAGS[base]}; name it in the deployment's allow_unsafe "
+                "to run it anyway")
+    return None
+
+
+def _setting(flag: str) -> str:
+    """The setting a flag names: --no-<switch> is the switch turned off (argparse BooleanOptionalAction)."""
+    return "--" + flag[5:] if flag.startswith("--no-") and "--" + flag[5:] in GUARDED_FLAGS else flag
+
+
 def _check_extras(d: Mapping[str, Any], where: str) -> None:
-    """extra_args: a list of strings, flags spelled --name, none the planner writes itself; extra_env: names to strings."""
+    """extra_args: a list of strings, flags spelled --name and read as vLLM's parser reads them (the `_` spelling, an
+    abbreviation, a short option), none the planner writes itself or the fleet owns, the unsafe ones only where
+    allow_unsafe names them; each word one line a unit carries. extra_env: names to one-line strings, none the plan
+    sets, the unsafe ones only where allow_unsafe names them."""
+    allowed = _allowed_unsafe(d, where)
     extra = d.get("extra_args", [])
     if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in extra):
         raise PlanError(f"{where}.extra_args must be a list of strings, e.g. [\"--enable-prefix-caching\"]; got {extra!r}")
     for k, arg in enumerate(str(a) for a in extra):
-        flag = arg.split("=", 1)[0]
-        if k == 0 and not flag.startswith("--"):
-            raise PlanError(f"{where}.extra_args starts with {arg!r}: the list is appended after the planned flags, so it must start "
-                            "with a --flag")
-        # vLLM's parser reads --trust_remote_code as --trust-remote-code; --no-... is the same setting turned off
-        if flag.replace("_", "-").replace("--no-", "--") == TRUST_REMOTE_CODE_FLAG:
-            raise PlanError(f"{where}.extra_args sets {flag}: whether the model's own code runs is the deployment's "
-                            "trust_remote_code setting (true or false), which the plan checks against the model's auto_map; "
-                            "remove it from extra_args and set trust_remote_code: true on the deployment")
-        # vLLM's parser takes --max_model_len for --max-model-len, and --no-enforce-eager turns a planned switch off
-        flag = "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
-        if flag.startswith("--no-") and "--" + flag[5:] in PLANNED_FLAGS:
-            flag = "--" + flag[5:]
-        if flag in POOLING_FLAGS:
-            raise PlanError(f"{where}.extra_args sets {flag}, which the planner decides from the model (pooling or generate): "
-                            "set the deployment's pooling key (embed, classify or false) instead")
-        if flag in UNPLANNED_LAYOUT_FLAGS:
-            raise PlanError(f"{where}.extra_args sets {flag}, which changes how many GPUs an instance spans and what each holds; the "
-                            "planner does not plan it yet, so its sizing would be wrong: remove it (the plan's reasons say what was considered)")
-        if flag in PLANNED_FLAGS:
-            key = PLANNED_FLAGS[flag]
-            raise PlanError(f"{where}.extra_args sets {flag}, which the planner decides: "
-                            + (f"set overrides.{key} instead" if key else "it follows from the plan and cannot be set twice"))
+        problem = unit_value(arg)
+        if problem:
+            raise PlanError(f"{where}.extra_args[{k}]={arg!r} holds {problem}, which the engine's command line (a systemd unit's "
+                            "ExecStart) cannot carry: one argument per list item, each on one line")
+        if short_option(arg):
+            raise PlanError(f"{where}.extra_args[{k}]={arg!r} is a short option (vLLM's -tp, -pp, -dp, -ep, -q, -O ...; argparse "
+                            "also expands a prefix of one), which the plan cannot check: give the long flag, e.g. "
+                            "--tensor-parallel-size")
+        flag = cli_flag(arg)
+        if flag is None:
+            if k == 0:
+                raise PlanError(f"{where}.extra_args starts with {arg!r}: the list is appended after the planned flags, so it must "
+                                "start with a --flag")
+            continue
+        if not re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9-]*", flag):
+            raise PlanError(f"{where}.extra_args[{k}]={arg!r}: {flag!r} is not a flag name (letters, digits and '-' after '--'); "
+                            "give a value as the next list item or after '='")
+        expands = abbreviated(flag, KNOWN_FLAGS)
+        if len(expands) == 1:
+            tail = _flag_refusal(expands[0], allowed)
+            raise PlanError(f"{where}.extra_args sets {arg.split('=', 1)[0]}, a prefix of {expands[0]}: vLLM's parser (argparse "
+                            f"allow_abbrev) reads it as {expands[0]} where no other flag of the release begins with it, and "
+                            "refuses it as ambiguous where one does"
+                            + (f"; {_setting(expands[0])}{tail}" if tail else "") + ". Spell out the whole flag you mean")
+        if expands:
+            raise PlanError(f"{where}.extra_args sets {arg.split('=', 1)[0]}, a prefix of {', '.join(expands)}: vLLM's parser "
+                            "(argparse allow_abbrev) refuses it as ambiguous, or reads it as the one its release has. Spell out "
+                            "the whole flag you mean")
+        tail = _flag_refusal(flag, allowed)
+        if tail:
+            given = arg.split("=", 1)[0]
+            note = (f" (given as {given}, which vLLM's parser reads as {flag})" if given != flag else
+                    f" (given as {flag}: the same switch, turned off)" if flag != _setting(flag) else "")
+            raise PlanError(f"{where}.extra_args sets {_setting(flag)}{tail}{note}")
     env = d.get("extra_env", {})
     if not isinstance(env, Mapping):
         raise PlanError(f"{where}.extra_env must be a mapping of variable names to values; got {env!r}")
     for key, value in env.items():
         if not ENV_NAME.match(str(key)) or isinstance(value, (dict, list)) or value is None:
             raise PlanError(f"{where}.extra_env.{key}={value!r}: a variable name and a string value")
+        problem = env_value(value)
+        if problem:
+            raise PlanError(f"{where}.extra_env.{key}={value!r} holds {problem}, which an environment file cannot carry: give "
+                            "the value on one line")
         if str(key) in PLANNED_ENV:
             raise PlanError(f"{where}.extra_env sets {key}, which the plan or the roles set (devices, KV space, the API key)")
+        if str(key) in UNSAFE_ENV and str(key) not in allowed:
+            raise PlanError(f"{where}.extra_env sets {key}, which opens the engine beyond inference: {UNSAFE_ENV[str(key)]}; name "
+                            "it in the deployment's allow_unsafe to run it anyway")
 
 
 def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
@@ -309,6 +451,7 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
     version = parse_version(d["engine"]["version"])
     if version < OLDEST:
         raise Refusal(f"{name}: vLLM {vstr(version)} is older than {vstr(OLDEST)}, the oldest version this planner supports")
+    _check_advisories(name, version, d["engine"].get("accept_advisories") or [], ctx)
     if version > NEWEST:   # the flag table was read from releases up to NEWEST (docs/sources.md#versions-read)
         kept = sorted(f for f in set(FLAG_SINCE) | set(FLAG_UNTIL) if has_flag(version, f))
         ctx.warn(f"{name}: vLLM {vstr(version)} is newer than {vstr(NEWEST)}, the newest release this planner's flag table "
@@ -321,3 +464,23 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
     return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"),
                    concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)), trust_remote_code=bool(d.get("trust_remote_code", False)),
                    max_model_len=max_model_len if max_model_len == "auto" else int(max_model_len))
+
+
+def _check_advisories(name: str, version: Version, accepted: List[str], ctx: Ctx) -> None:
+    """A release a published advisory affects (_engine.ADVISORIES) is refused unless engine.accept_advisories names each
+    such advisory; the accepted ones become a reason, ids that do not affect the release a warning."""
+    affecting = advisories_of(version)
+    missing = [a for a in affecting if a.ghsa not in accepted]
+    if missing:
+        raise Refusal(f"{name}: vLLM {vstr(version)} is affected by published security advisories: "
+                      + "; ".join(f"{a.ghsa} ({a.cve}, fixed in {vstr(a.fixed)}): {a.what}" for a in missing)
+                      + f". Plan vLLM {vstr(ADVISORY_FLOOR)} or newer, or, to run {vstr(version)} anyway (e.g. the newest release "
+                      "a V100 or a DCU image has), name them in the deployment's engine.accept_advisories: "
+                      f"[{', '.join(a.ghsa for a in affecting)}]")
+    if affecting:
+        ctx.why(f"accept_advisories={','.join(a.ghsa for a in affecting)}",
+                f"vLLM {vstr(version)} is affected by them (fixed by {vstr(max(a.fixed for a in affecting))}); the inventory's "
+                "engine.accept_advisories runs it anyway")
+    stale = sorted(set(accepted) - {a.ghsa for a in affecting})
+    if stale:
+        ctx.warn(f"{name}: engine.accept_advisories names {', '.join(stale)}, which do not affect vLLM {vstr(version)}: remove them")

@@ -9,9 +9,11 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
+from llmfleet_testing import accepting
+
 
 def deployment(version="0.26.0", **extra):
-    return dict({"name": "q", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 8192}, "engine": {"version": version}}, **extra)
+    return dict({"name": "q", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 8192}, "engine": accepting(version)}, **extra)
 
 
 def plan(dep, profile="h200x1"):

@@ -144,9 +144,13 @@ def test_the_filters_read_hostvars_and_turn_errors_into_filter_errors(tmp_path):
     with pytest.raises(AnsibleFilterError, match="16-256"):
         gateway_filter.gateway_api_keys([{"name": "a", "key": "x"}])
     assert set(gateway_filter.FilterModule().filters()) == {"gateway_plans", "gateway_model", "gateway_api_keys",
-                                                            "gateway_addresses", "gateway_edge", "gateway_client_policy"}
+                                                            "gateway_addresses", "gateway_edge", "gateway_client_policy",
+                                                            "gateway_settings"}
     with pytest.raises(AnsibleFilterError, match="gateway_key_max_conns"):
         gateway_filter.gateway_client_policy({"key_max_conns": -1})
+    with pytest.raises(AnsibleFilterError, match="a mapping"):
+        gateway_filter.gateway_settings(["gateway_listen"])
+    assert gateway_filter.gateway_settings({"gateway_rate_limit": "20r/s; x"}) == ["gateway_rate_limit='20r/s; x': a rate such as 20r/s"]
 
 
 def test_the_reference_inventories_plans_make_a_gateway():

@@ -10,6 +10,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
+from llmfleet_testing import accepting
+
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
 QWEN_CONFIG = CATALOG["Qwen/Qwen3-8B"][0]
 
@@ -91,8 +93,9 @@ def test_the_docker_runtime_listens_on_the_hosts_loopback_by_the_plan_with_a_rea
     host, why = needs.engine_host("vllm/vllm-openai:v0.17.0")
     assert host == needs.LOOPBACK == "127.0.0.1" and needs.CONTAINER_NETWORK == "host"
     assert "container_network=host" in why and "no other container, bridge address or machine reaches it" in why
-    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": {"version": "0.17.0"}}],
+    gpu = plan_host("h", hardware_profile("h100_sxm_8x"), [dep("Qwen3-8B") | {"engine": accepting("0.17.0")}],
                     {"private_address": "10.1.2.3"})
+    assert gpu["errors"] == [] and gpu["deployments"][0]["instances"]
     for inst in gpu["deployments"][0]["instances"]:
         assert inst["image"] and inst["container_network"] == "host" and inst["bind_address"] == "127.0.0.1"
         assert inst["args"][inst["args"].index("--host") + 1] == "127.0.0.1" and "0.0.0.0" not in inst["args"]

@@ -16,7 +16,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _host_runt
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, accepting, plan_of
 
 CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
 MI300X_HW = {"accelerators": [{"index": i, "vendor": "amd", "model": "AMD Instinct MI300X", "arch": "gfx942", "memory_mib": 196592,
@@ -108,15 +108,15 @@ def need(image, cuda):
 def test_the_plan_carries_its_images_cuda_level(version, cc, image, level):
     hw = {"accelerators": [{"index": 0, "vendor": "nvidia", "model": "GPU", "arch": f"sm{cc}", "compute_capability": f"{cc // 10}.{cc % 10}",
                             "memory_mib": 81559, "numa_node": 0}], "numa_cpus": {0: "0-15"}, "cpu_count": 16, "memory_mib": 262144}
-    plan = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B", "engine": {"version": version}}])
+    plan = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B", "engine": accepting(version)}])
     inst = plan["deployments"][0]["instances"][0]
     assert (inst["image"], inst["image_cuda"], inst["vendor"]) == (image, level, "nvidia")
     assert hr.plan_cuda_needs(plan) == [need(image, level)]
     # an image named by the inventory has the level the inventory gives, or none (never read from its tag)
-    own = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B", "engine": {"version": version, "image": "my/vllm:cu128-b3"}}])
+    own = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B", "engine": accepting(version, image="my/vllm:cu128-b3")}])
     assert own["deployments"][0]["instances"][0]["image_cuda"] is None
     given = plan_host("h", hw, [{"name": "a", "model": "Qwen/Qwen3-0.6B",
-                                 "engine": {"version": version, "image": "my/vllm:b3", "cuda": "12.8"}}])
+                                 "engine": accepting(version, image="my/vllm:b3", cuda="12.8")}])
     assert hr.plan_cuda_needs(given) == [need("my/vllm:b3", "12.8")]
 
 
@@ -273,7 +273,7 @@ def test_docker_is_needed_where_the_plan_runs_containers_and_not_for_venvs():
 
 def test_an_amd_plans_containers_get_rocm_nodes_and_no_hyhal():
     plan = plan_host("mi300x-01", MI300X_HW, [{"name": "qwen8b", "model": "Qwen/Qwen3-8B",
-                                               "engine": {"version": "0.10.1", "image": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"}}])
+                                               "engine": accepting("0.10.1", image="rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909")}])
     assert not plan["errors"], plan["errors"]
     needs = hr.plan_host_needs(plan)
     assert needs["devices"] == ["/dev/kfd", "/dev/dri"] and needs["mounts"] == [] and needs["docker"] is True

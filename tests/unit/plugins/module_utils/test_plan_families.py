@@ -15,6 +15,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine import TO
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
+from llmfleet_testing import accepting
+
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "models"
 
 
@@ -27,7 +29,7 @@ def flag(args, name):
 
 
 def plan_one(model, version="0.32.0", hw="h200x1", **dep):
-    deployment = {"name": "m", "model": model, "engine": {"version": version},
+    deployment = {"name": "m", "model": model, "engine": accepting(version),
                   "workload": dict({"max_model_len": 8192}, **dep.pop("workload", {}))}
     deployment.update(dep)
     return plan_host("h", hardware_profile(hw), [deployment])

@@ -15,6 +15,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.base import
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.memory import Memory
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.sizer import AUTO_KV_MARGIN, AUTO_MIN_LEN
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
 
@@ -26,7 +28,7 @@ def fixture(name):
 
 
 def dep(model, version="0.26.0", **extra):
-    return {"name": "d", "model": model, "engine": {"version": version}, **extra}
+    return {"name": "d", "model": model, "engine": accepting(version), **extra}
 
 
 def instances(plan):

@@ -24,6 +24,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_directory
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 MODELS = ROOT / "tests" / "fixtures" / "models"
 CHAT_FLAGS = ("--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice", "--default-chat-template-kwargs")
@@ -42,7 +44,7 @@ def model(name, side=True):
 
 
 def plan(name, version="0.32.0", hw="h200x1", side=True, **dep):
-    deployment = {"name": "p", "model": model(name, side), "engine": {"version": version}, **dep}
+    deployment = {"name": "p", "model": model(name, side), "engine": accepting(version), **dep}
     return plan_host(hw, hardware_profile(hw), [deployment])
 
 

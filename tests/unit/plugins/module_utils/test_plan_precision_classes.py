@@ -23,6 +23,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.memory impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.precision import dtype_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
 REASON = "Numerical instability. Please use bfloat16 or float32 instead."     # every entry's reason, 0.9.1 to 0.32.0
@@ -36,7 +38,7 @@ def fixture(name):
 
 def plan(config, profile, version, model_id="google/gemma-3-27b-it", **extra):
     hw = hardware_profile(profile) if isinstance(profile, str) else profile
-    return plan_host("h", hw, [{"name": "d", "model": {"id": model_id, "config": config}, "engine": {"version": version}, **extra}])
+    return plan_host("h", hw, [{"name": "d", "model": {"id": model_id, "config": config}, "engine": accepting(version), **extra}])
 
 
 def args_of(p):
@@ -276,7 +278,7 @@ def mi(arch, n=1):
 def test_a_rocm_build_image_on_an_arch_it_was_not_built_for_is_refused():
     """docker/Dockerfile.rocm_base PYTORCH_ROCM_ARCH lists gfx90a;gfx942;gfx950;gfx1100;gfx1101;gfx1200;gfx1201;gfx1150;gfx1151."""
     cfg = fixture("llama-3.1-8b-instruct.json")["config"]
-    engine = {"version": "0.20.0", "image": "rocm/vllm:rocm7.0_vllm_0.10.1_20250909"}
+    engine = accepting("0.20.0", image="rocm/vllm:rocm7.0_vllm_0.10.1_20250909")
     p = plan_host("h", mi("gfx908"), [{"name": "d", "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "config": cfg}, "engine": engine}])
     assert any("gfx908 has no kernels there" in e and "PYTORCH_ROCM_ARCH" in e for e in p["errors"])
     ok = plan_host("h", mi("gfx942"), [{"name": "d", "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "config": cfg}, "engine": engine}])

@@ -25,6 +25,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.model impor
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 from ansible_collections.llmfleet.serving.plugins.module_utils._vllm_archs import ARCH_SUFFIXES, RELEASES_READ
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
 
@@ -37,7 +39,7 @@ def corpus(name):
 
 def plan(config, profile, version, model_id, **extra):
     return plan_host("h", hardware_profile(profile), [{"name": "d", "model": {"id": model_id, "config": config},
-                                                       "engine": {"version": version}, **extra}])
+                                                       "engine": accepting(version), **extra}])
 
 
 def args_of(p):

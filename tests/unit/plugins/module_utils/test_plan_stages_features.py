@@ -13,10 +13,12 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.inputs impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.stages import Precision
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.topology import place
 
+from llmfleet_testing import accepting
+
 
 def features(model, profile, version="0.26.0", seqs=1024, **extra):
     hw = validate_hardware(hardware_profile(profile), source="test")
-    [d] = check_deployments([{"name": "d", "model": model, "engine": {"version": version}, **extra}], "h")
+    [d] = check_deployments([{"name": "d", "model": model, "engine": accepting(version), **extra}], "h")
     ctx = Ctx([])
     req = read_request(d, ctx)
     p = place(d, req, hw, "h", {}, ctx)

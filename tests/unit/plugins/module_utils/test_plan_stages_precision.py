@@ -14,12 +14,14 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.precision i
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.sizer import Sizer, gpu_budget
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.topology import place
 
+from llmfleet_testing import accepting
+
 CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-3"}, "cpu_count": 4, "memory_mib": 16384, "driver_version": None}
 
 
 def staged(model, profile, version="0.26.0", **extra):
     hw = validate_hardware(hardware_profile(profile) if isinstance(profile, str) else profile, source="test")
-    [d] = check_deployments([{"name": "d", "model": model, "engine": {"version": version}, **extra}], "h")
+    [d] = check_deployments([{"name": "d", "model": model, "engine": accepting(version), **extra}], "h")
     req = read_request(d, Ctx([]))
     return catalog_profile(model), req, place(d, req, hw, "h", {}, Ctx([]))
 

@@ -21,6 +21,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.topology im
 )
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
+from llmfleet_testing import accepting
+
 FIXTURES = pathlib.Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "hardware"
 
 
@@ -128,7 +130,7 @@ def test_dgx1_quads_are_the_fully_linked_ones():
 
 
 def test_dgx1_plan_with_tp2_places_the_nv2_pairs():
-    dep = {"name": "v", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.11.0"}, "overrides": {"tensor_parallel_size": 2},
+    dep = {"name": "v", "model": "Qwen/Qwen3-8B", "engine": accepting("0.11.0"), "overrides": {"tensor_parallel_size": 2},
            "workload": {"max_model_len": 4096, "concurrency": 4}}
     insts = plan(dgx1(), dep)["deployments"][0]["instances"]
     assert [(i["gpus"], i["numa_node"]) for i in insts] == [([0, 3], 0), ([1, 2], 0), ([4, 7], 1), ([5, 6], 1)]

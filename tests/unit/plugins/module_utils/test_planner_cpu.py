@@ -13,6 +13,8 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils import _hardware as hw_facts
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import CPU_BF16_MEASURED, plan_host
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 CPU = ROOT / "tests" / "fixtures" / "hardware" / "cpu"
 EPYC_FLAGS = hw_facts.parse_cpu_flags((CPU / "epyc-2cpu-kvm.cpuinfo.txt").read_text())          # avx512_bf16, no AMX (the lab)
@@ -212,7 +214,7 @@ def test_kv_dtypes_the_cpu_build_does_not_take_are_refused_naming_those_it_does(
 
 
 def test_fp8_kv_on_a_cpu_release_before_the_ones_read_warns():
-    dep = dict(smollm_dep(kv_cache_dtype="fp8"), engine={"version": "0.20.0"})
+    dep = dict(smollm_dep(kv_cache_dtype="fp8"), engine=accepting("0.20.0"))
     plan = plan_host("h", cpu_host(cpu_flags=EPYC_FLAGS), [dep])
     assert plan["errors"] == [] and any("was read in 0.26.0 and later only" in w for w in plan["warnings"])
 

@@ -17,6 +17,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine import ba
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import fp8_block_problems, plan_host
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
 BLOCK = 128     # model cards' quantization_config: Qwen3 / DeepSeek FP8 checkpoints use weight_block_size [128, 128]
@@ -135,7 +137,7 @@ def test_block_problems_by_model_card_numbers(model, tp, expert_only):
 def test_v100_from_020_is_refused_naming_0191(version):
     """vLLM CMakeLists.txt CUDA_SUPPORTED_ARCHS (v0.19.1 vs v0.20.0): no official 0.20+ build (CUDA 13, -cu129, -cu128) has sm70 kernels;
     0.19.1 is the last release whose CUDA 12.8/12.9 build lists 7.0."""
-    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": {"version": version}}
+    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": accepting(version)}
     plan = plan_host("h", hardware_profile("dgx1_v100_32gb"), [dep])
     [err] = plan["errors"]
     assert f"vLLM {version} has no official build for sm70" in err and 'engine.version: "0.19.1"' in err and "engine.image" in err
@@ -144,7 +146,7 @@ def test_v100_from_020_is_refused_naming_0191(version):
 
 
 def test_v100_on_0191_and_with_its_own_image_plans():
-    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": {"version": "0.19.1"}}
+    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": accepting("0.19.1")}
     [inst] = only(plan_host("h", hardware_profile("dgx1_v100_32gb"), [dep]))
     assert (inst["image"], inst["image_cuda"]) == ("vllm/vllm-openai:v0.19.1", "12.9")
     own = dict(dep, engine={"version": "0.26.0", "image": "lab/vllm:0.26.0-cu126-sm70", "cuda": "12.6"})
@@ -170,12 +172,12 @@ def test_triton_backend_is_named_as_the_version_takes_it(profile, version, name)
     """vLLM's _Backend enum: TRITON_ATTN_VLLM_V1 up to 0.10.x, TRITON_ATTN from 0.11.0 (platforms/interface.py
     _Backend at v0.10.1.1 vs v0.11.0); before 0.13 the backend is the VLLM_ATTENTION_BACKEND variable."""
     [inst] = only(plan_host("h", hardware_profile(profile), [{"name": "q", "model": "Qwen/Qwen3-0.6B", "gpus": 1,
-                                                             "workload": {"max_model_len": 8192}, "engine": {"version": version}}]))
+                                                             "workload": {"max_model_len": 8192}, "engine": accepting(version)}]))
     assert inst["env"]["VLLM_ATTENTION_BACKEND"] == name == inst["attention_backend"]
 
 
 def test_a_forced_backend_is_renamed_for_its_version():
-    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": {"version": "0.10.2"}, "overrides": {"attention_backend": "TRITON_ATTN"}}
+    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "engine": accepting("0.10.2"), "overrides": {"attention_backend": "TRITON_ATTN"}}
     [inst] = only(plan_host("h", hardware_profile("a100_sxm_8x_80gb"), [dep]))
     assert inst["env"]["VLLM_ATTENTION_BACKEND"] == "TRITON_ATTN_VLLM_V1"
     assert backend_name("TRITON_ATTN", (0, 33, 0)) == "TRITON_ATTN" and backend_name("FLASHINFER", (0, 8, 5)) == "FLASHINFER"
@@ -185,7 +187,7 @@ def test_a_forced_backend_is_renamed_for_its_version():
 
 def _gpt_oss(version, kv="fp8"):
     dep = {"name": "g", "model": {"id": "openai/gpt-oss-20b", "config": fixture("gpt-oss-20b.json"), "weight_bytes": 14 * 10 ** 9},
-           "gpus": 1, "workload": {"max_model_len": 32768, "tools": False}, "engine": {"version": version},
+           "gpus": 1, "workload": {"max_model_len": 32768, "tools": False}, "engine": accepting(version),
            "overrides": {"kv_cache_dtype": kv}}
     [inst] = only(plan_host("h", l40s(), [dep]))
     return inst
@@ -200,7 +202,7 @@ def test_fp8_kv_on_sm89_leaves_the_backend_to_vllm_for_a_sink_model():
 
 
 def test_fp8_kv_on_sm89_forces_nothing_for_any_model_from_011():
-    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "workload": {"max_model_len": 32768}, "engine": {"version": "0.17.0"},
+    dep = {"name": "q", "model": "Qwen/Qwen3-8B", "gpus": 1, "workload": {"max_model_len": 32768}, "engine": accepting("0.17.0"),
            "overrides": {"kv_cache_dtype": "fp8"}}
     [inst] = only(plan_host("h", l40s(), [dep]))
     assert inst["attention_backend"] == "default" and "VLLM_ATTENTION_BACKEND" not in inst["env"]
@@ -228,7 +230,7 @@ def test_forcing_flashinfer_on_a_sink_model_warns():
     ("Qwen/Qwen3-8B", "0.15.0", "qwen3"),                              # hybrid: the template does not open <think>
 ])
 def test_thinking_only_checkpoints_use_deepseek_r1_before_017(model, version, parser):
-    deps = [{"name": "q", "model": model, "gpus": 4, "workload": {"max_model_len": 32768}, "engine": {"version": version}}]
+    deps = [{"name": "q", "model": model, "gpus": 4, "workload": {"max_model_len": 32768}, "engine": accepting(version)}]
     [inst] = only(plan_host("h", hardware_profile("h200_sxm_8x"), deps))[:1]
     assert flag(inst["args"], "--reasoning-parser") == parser
 
@@ -238,7 +240,7 @@ def test_a_qwen3_moe_thinking_2507_checkpoint_is_thinking_only():
     taken for a hybrid enable_thinking model, and got the qwen3 parser before 0.17)."""
     config = json.loads(json.dumps(models.CATALOG["Qwen/Qwen3-30B-A3B"][0]))
     dep = {"name": "t", "model": {"id": "Qwen/Qwen3-30B-A3B-Thinking-2507", "config": config}, "gpus": 1,
-           "workload": {"max_model_len": 32768, "thinking": False}, "engine": {"version": "0.15.0"}}
+           "workload": {"max_model_len": 32768, "thinking": False}, "engine": accepting("0.15.0")}
     [inst] = only(plan_host("h", hardware_profile("h200x1"), [dep]))
     assert flag(inst["args"], "--reasoning-parser") == "deepseek_r1"
     assert "--default-chat-template-kwargs" not in inst["args"]     # enable_thinking does not switch it off

@@ -17,6 +17,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine import FL
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG_IDS, catalog_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host, valid_tp
 
+from llmfleet_testing import accepting
+
 GPUS = [("Tesla V100-SXM2-32GB", "sm70", "7.0", 32768), ("Tesla T4", "sm75", "7.5", 15360), ("NVIDIA A100-SXM4-80GB", "sm80", "8.0", 81920),
         ("NVIDIA GeForce RTX 4090", "sm89", "8.9", 24564), ("NVIDIA L40S", "sm89", "8.9", 46068), ("NVIDIA H100 80GB HBM3", "sm90", "9.0", 81559),
         ("NVIDIA H200", "sm90", "9.0", 143771)]
@@ -58,7 +60,8 @@ def deployment(draw, name):
         "workload": {"max_model_len": draw(st.sampled_from(["auto", 2048, 8192, 32768, 131072])),
                      "concurrency": draw(st.integers(1, 128)), "goal": draw(st.sampled_from(["throughput", "latency"])),
                      "thinking": draw(st.booleans()), "tools": draw(st.booleans())},
-        "engine": {"version": draw(st.sampled_from(VERSIONS))},
+        # releases below the advisory floor opt in (llmfleet_testing.accepting): the properties hold for every release planned
+        "engine": accepting(draw(st.sampled_from(VERSIONS))),
     }
 
 

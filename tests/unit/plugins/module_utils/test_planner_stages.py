@@ -22,6 +22,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._planner import (
     size_instances,
 )
 
+from llmfleet_testing import accepting
+
 OPTIONS = {"edge_address": None, "bind_why": "the gateway runs on this host"}
 
 
@@ -39,7 +41,7 @@ def l40s_x4():
 
 
 def deployment(model="Qwen/Qwen3-8B", version="0.26.0", **extra):
-    [d] = check_deployments([{"name": "d", "model": model, "engine": {"version": version}, **extra}], "h")
+    [d] = check_deployments([{"name": "d", "model": model, "engine": accepting(version), **extra}], "h")
     return d
 
 

@@ -16,6 +16,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_config, profile_from_directory
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
+from llmfleet_testing import accepting
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 LLAMA = json.loads((ROOT / "tests" / "fixtures" / "models" / "llama-3.1-8b-instruct.json").read_text())["config"]
 
@@ -47,7 +49,7 @@ def llama(quant, name="acme/Llama-3.1-8B-Instruct-quantized"):
 
 
 def plan(model, profile, version="0.26.0", **workload):
-    return plan_host("h", hardware_profile(profile), [{"name": "q", "model": model, "engine": {"version": version},
+    return plan_host("h", hardware_profile(profile), [{"name": "q", "model": model, "engine": accepting(version),
                                                        "gpus": 1, "workload": dict({"max_model_len": 8192}, **workload)}])
 
 

@@ -13,7 +13,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _serving a
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, h200_model, inventory, plan_of
+from llmfleet_testing import CPU_QWEN3_SMALL, ROOT, accepting, h200_model, inventory, plan_of
 
 KEY = "k" * 48
 CPU_HW = {"accelerators": [], "links": None, "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24105, "driver_version": None}
@@ -137,7 +137,7 @@ def mi300x_plan():
                             "numa_node": i // 4} for i in range(8)],
           "numa_cpus": {0: "0-47,96-143", 1: "48-95,144-191"}, "cpu_count": 192, "memory_mib": 2063872}
     return plan_host("mi300x-01", hw, [{"name": "qwen8b", "model": "Qwen/Qwen3-8B",
-                                        "engine": {"version": "0.10.1", "image": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"}}])
+                                        "engine": accepting("0.10.1", image="rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909")}])
 
 
 def test_amd_plan_gets_rocm_devices_not_hygons():

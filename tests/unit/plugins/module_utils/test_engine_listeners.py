@@ -20,7 +20,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _host_need
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host
 
-from llmfleet_testing import ROOT, plan_of
+from llmfleet_testing import ROOT, accepting, plan_of
 
 KEY = "k" * 48
 BIG_CPU = {"accelerators": [], "numa_cpus": {0: "0-31"}, "cpu_count": 32, "memory_mib": 262144}
@@ -34,7 +34,7 @@ def phi4():
 
 
 def tp2(version="0.26.0", **extra):
-    dep = {"name": "q", "model": "Qwen/Qwen3-32B", "engine": {"version": version}, "overrides": {"tensor_parallel_size": 2}, **extra}
+    dep = {"name": "q", "model": "Qwen/Qwen3-32B", "engine": accepting(version), "overrides": {"tensor_parallel_size": 2}, **extra}
     return plan_host("h", hardware_profile("h100_sxm_8x"), [dep])
 
 

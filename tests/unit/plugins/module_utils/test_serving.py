@@ -387,7 +387,7 @@ def test_two_keys_in_a_container_come_from_the_file_mounted_read_only():
 
 
 def test_two_keys_are_refused_on_an_engine_that_takes_one():
-    plan = plan_host("localhost", CPU_HW, [dict(CPU_QWEN3_SMALL[0], engine={"version": "0.10.2"})])
+    plan = plan_host("localhost", CPU_HW, [dict(CPU_QWEN3_SMALL[0], engine=accepting("0.10.2"))])
     assert vllm_instances(plan, KEY)                                   # one key: as before
     with pytest.raises(Exception, match=r"qwen3-small-0: vLLM 0.10.2 takes one key.*from vLLM 0.11.0"):
         vllm_instances(plan, [KEY, OTHER])

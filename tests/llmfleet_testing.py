@@ -62,13 +62,18 @@ CPU_QWEN3_SMALL = [{"name": "qwen3-small", "model": "Qwen/Qwen3-0.6B", "engine":
 
 def outside_container(args: List[str]) -> List[str]:
     """A docker-runtime plan's command line as the GPU sessions run it, on the machine itself rather than in a container:
-    its --host (every address of the container's own network, _host_needs.engine_host) is the plan's bind address there."""
-    from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import CONTAINER_HOST, LOOPBACK  # pylint: disable=import-outside-toplevel
+    its --host (every address of the container's own network, _host_needs.engine_host) is the plan's bind address there,
+    and its shutdown grace (--shutdown-timeout, issue 35) is left out: device_run.py stops the engine after its benchmark,
+    with nothing in flight, so the grace changes nothing a session measures, and the recorded sessions predate it."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import CONTAINER_HOST, LOOPBACK, SHUTDOWN_FLAG  # pylint: disable=import-outside-toplevel
 
     out = list(args)
     at = out.index("--host") + 1
     if out[at] == CONTAINER_HOST:
         out[at] = LOOPBACK
+    if SHUTDOWN_FLAG in out:
+        at = out.index(SHUTDOWN_FLAG)
+        del out[at:at + 2]
     return out
 
 

@@ -30,7 +30,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_hardware_profiles": {"_hardware"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
-    "_config_tree": set(), "_rotation": set(), "_units": set(), "_host_tuning": {"_units"},
+    "_config_tree": set(), "_rotation": set(), "_run_lock": set(), "_units": set(), "_host_tuning": {"_units"},
     # the planner's package, stage by stage
     "_plan": set(),
     "_plan.base": {"_fleet_vars"},

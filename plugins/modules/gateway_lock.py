@@ -9,12 +9,12 @@ module: gateway_lock
 short_description: Take or release the fleet's run lock on a gateway host
 version_added: 0.1.0
 description:
-  - The gateway role's own lock (its C(lock) entry point runs it on each gateway host): one run at a time changes the
-    fleet. serve.yml, site.yml, upgrade.yml and gateway.yml take it before their first change and release it at their
+  - The gateway role's own lock (its C(lock) entry point runs it on each gateway host). One run at a time changes the
+    fleet; serve.yml, site.yml, upgrade.yml and gateway.yml take it before their first change and release it at their
     end.
-  - The lock is one file beside the rotation state, C({run, controller, user, pid, playbook, since, ...}). A run that
-    finds it free takes it; one that finds its own (the same run: site.yml imports serve.yml and gateway.yml) keeps it;
-    one that finds another run's stops with a message that names the holder, its age, and how to clear a stale lock.
+  - "The lock is one file beside the rotation state, C({run, controller, user, pid, playbook, since, ...}). A run that
+    finds it free takes it; one that finds its own (the same run - site.yml imports serve.yml and gateway.yml) keeps it;
+    one that finds another run's stops with a message that names the holder, its age, and how to clear a stale lock."
   - Its action plugin fills O(owner) on the controller and, when the holder provably ended on this same controller (the
     same host, boot and process namespace, its process gone), asks again with O(take_over) set to that run.
   - One writer at a time on a host (an exclusive lock on O(path) with C(.lock) appended).

@@ -21,7 +21,7 @@ description:
   - Without a state file yet, the instances O(conf) has C(down) are the state (a gateway set up before the state
     existed, or a C(down) set by hand), so a change of one instance never puts another one back.
   - With O(peers), taking O(instance) out first checks that one of them serves on this gateway (routed without C(down)
-    and not in the state, or not routed yet): the N-1 check, made under the lock, so two changes of one batch cannot
+    and not in the state, or not routed yet) - the N-1 check, made under the lock, so two changes of one batch cannot
     take out the last two instances of a model; without one, it fails and changes nothing.
   - With O(keep) and no O(instance), forgets the instances of the state that are not in O(keep) (no plan has them any
     more); the configuration is left as it is (the next full render no longer routes them).

@@ -74,8 +74,16 @@ CPU_QWEN3_SMALL = [{"name": "qwen3-small", "model": "Qwen/Qwen3-0.6B", "engine":
 def outside_container(args: List[str]) -> List[str]:
     """A docker-runtime plan's command line as the GPU sessions run it, on the machine itself rather than in a container. The
     docker runtime's container shares the host's network (_host_needs.engine_host: --host is the bind address on both
-    runtimes), so it is the plan's command line as it is; a copy, which the callers extend."""
-    return list(args)
+    runtimes), so it is the plan's command line, except its shutdown grace (--shutdown-timeout, issue 35), which is left
+    out: device_run.py stops the engine after its benchmark, with nothing in flight, so the grace changes nothing a session
+    measures, and the recorded sessions predate it."""
+    from ansible_collections.llmfleet.serving.plugins.module_utils._host_needs import SHUTDOWN_FLAG  # pylint: disable=import-outside-toplevel
+
+    out = list(args)
+    if SHUTDOWN_FLAG in out:
+        at = out.index(SHUTDOWN_FLAG)
+        del out[at:at + 2]
+    return out
 
 
 def plan_of(name: str, **options):

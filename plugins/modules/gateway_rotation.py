@@ -11,15 +11,21 @@ version_added: 0.1.0
 description:
   - The gateway role's own way to change its rotation (its C(rotation) and C(routes) entry points run it on each
     gateway host); no other role writes the gateway's files.
-  - "The rotation state (the instances taken out, as C({\"out\": [\"host/instance\", ...]})) is kept in O(state_file); the
-    gateway role's full render reads it, so a re-render keeps a drained instance out."
+  - "The rotation state (the instances taken out, as C({\"out\": [\"host/instance\", ...], \"since\": {...}, \"by\": {...}})) is kept
+    in O(state_file): since when each is out (UTC) and which run took it out (the holder of O(lock_file), when a run holds
+    it). The gateway role's full render reads it, so a re-render keeps a drained instance out."
   - With O(instance) and O(down), updates the state and sets or clears C(down) on that instance's upstream server line
     in O(conf), and no other line. The changed configuration is checked first on a private copy (C(nginx.conf) and the
     folder of O(conf), in O(staging), removed afterwards) with O(validate); then the state is written, the configuration
     written beside the live file and renamed over it, and O(reload) run. When the reload fails, both files are put back.
   - Without a state file yet, the instances O(conf) has C(down) are the state (a gateway set up before the state
     existed, or a C(down) set by hand), so a change of one instance never puts another one back.
-  - Without O(instance), reads only and reports the routes and the state.
+  - With O(peers), taking O(instance) out first checks that one of them serves on this gateway (routed without C(down)
+    and not in the state, or not routed yet) - the N-1 check, made under the lock, so two changes of one batch cannot
+    take out the last two instances of a model; without one, it fails and changes nothing.
+  - With O(keep) and no O(instance), forgets the instances of the state that are not in O(keep) (no plan has them any
+    more); the configuration is left as it is (the next full render no longer routes them).
+  - Without O(instance) or O(keep), reads only and reports the routes and the state.
   - One writer at a time on a host (an exclusive lock beside the state file).
 author:
   - llmfleet.serving developers (!UNKNOWN)
@@ -30,6 +36,21 @@ options:
   down:
     description: C(true) takes O(instance) out of the rotation, C(false) puts it back. Required with O(instance).
     type: bool
+  peers:
+    description: The other instances of O(instance)'s model (C(host/instance)); with O(down), one of them must serve here.
+      Empty checks nothing (the only instance, its downtime accepted).
+    type: list
+    elements: str
+    default: []
+  keep:
+    description: Every planned instance (C(host/instance)); the state forgets the others. Not with O(instance).
+    type: list
+    elements: str
+  lock_file:
+    description: The fleet's run lock (the gateway_lock module's file); its holder is recorded as the run that took an
+      instance out.
+    type: path
+    default: /var/lib/llmfleet/gateway/run-lock.json
   conf:
     description: The gateway's live configuration with the upstream server lines.
     type: path
@@ -101,17 +122,29 @@ out:
   returned: always
   type: list
   elements: str
+detail:
+  description: For each instance out, C({since, by}) - since when (UTC; null when a state of an older release did not
+    say) and by which run.
+  returned: always
+  type: dict
+forgotten:
+  description: The instances O(keep) made the state forget.
+  returned: always
+  type: list
+  elements: str
 """
 
 import fcntl
 import os
 import shutil
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import ConfigTreeError, validate_argv, write_beside
+from ansible_collections.llmfleet.serving.plugins.module_utils import _run_lock as rl
 from ansible_collections.llmfleet.serving.plugins.module_utils._rotation import (
-    RotationError, down_in, parse_state, render_state, routes, set_one, update)
+    RotationError, down_in, forget, mark, read_state, routes, serving, set_one, write_state)
 
 
 def _read(path):
@@ -145,6 +178,9 @@ def main():
         argument_spec={
             "instance": {"type": "str"},
             "down": {"type": "bool"},
+            "peers": {"type": "list", "elements": "str", "default": []},
+            "keep": {"type": "list", "elements": "str"},
+            "lock_file": {"type": "path", "default": "/var/lib/llmfleet/gateway/run-lock.json"},
             "conf": {"type": "path", "default": "/etc/nginx/llmfleet/gateway.conf"},
             "state_file": {"type": "path", "default": "/var/lib/llmfleet/gateway/rotation.json"},
             "root": {"type": "path", "default": "/etc/nginx"},
@@ -153,6 +189,7 @@ def main():
             "reload": {"type": "list", "elements": "str", "default": ["systemctl", "reload", "nginx"]},
         },
         required_together=[("instance", "down")],
+        mutually_exclusive=[("instance", "keep")],
         supports_check_mode=True,
     )
     p = module.params
@@ -161,7 +198,8 @@ def main():
         argv = validate_argv(p["validate"], staging)
     except ConfigTreeError as exc:
         module.fail_json(msg=f"gateway_rotation: {exc} (fix the validate option)")
-    writing = p["instance"] is not None and not module.check_mode
+    changing = p["instance"] is not None or p["keep"] is not None
+    writing = changing and not module.check_mode
     if writing:
         os.makedirs(os.path.dirname(p["state_file"]), 0o755, exist_ok=True)
     lock = open(p["state_file"] + ".lock", "a", encoding="utf-8") if writing else None   # pylint: disable=consider-using-with
@@ -170,19 +208,35 @@ def main():
             fcntl.flock(lock, fcntl.LOCK_EX)
         state_text = _read(p["state_file"])
         conf = _read(p["conf"])
+        host = os.uname().nodename
         try:
             # no state file yet: what the live configuration has down is the state (a gateway set up before the state
             # existed, or a `down` set by hand), so a change of one instance never puts another one back
-            out = parse_state(state_text) if state_text is not None else down_in(conf or "")
-            if p["instance"] is None:
-                module.exit_json(changed=False, reload=False, out=out, routes=routes(conf or ""))
-            new_out = update(out, p["instance"], p["down"])
-            new_conf = set_one(conf, p["instance"], p["down"]) if conf is not None else None
-        except RotationError as exc:
+            state = read_state(state_text) if state_text is not None else {n: {} for n in down_in(conf or "")}
+            if not changing:
+                module.exit_json(changed=False, reload=False, out=sorted(state), detail=state, forgotten=[],
+                                 routes=routes(conf or ""))
+            if p["keep"] is not None:
+                new_state, new_conf = forget(state, p["keep"]), conf
+            else:
+                if p["down"] and p["peers"] and p["instance"] not in state and not serving(routes(conf or ""), sorted(state),
+                                                                                           p["peers"]):
+                    module.fail_json(msg=f"{p['instance']} stays in the rotation of {host}: none of {', '.join(p['peers'])} "
+                                         "serves there now (each is out of the rotation), and taking it out would leave its "
+                                         "model without an instance; nothing changed. Another change took them out (a host of "
+                                         "the same batch, llmfleet_serve_serial above 1, or a run that stopped halfway): run "
+                                         "again once they are back, or set vllm_allow_downtime: true",
+                                     out=sorted(state), detail=state)
+                holder = rl.parse(_read(p["lock_file"]), p["lock_file"]) if p["lock_file"] else None
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                new_state = mark(state, p["instance"], p["down"], now, rl.short(holder) if holder else None)
+                new_conf = set_one(conf, p["instance"], p["down"]) if conf is not None else None
+        except (RotationError, rl.LockError) as exc:
             module.fail_json(msg=f"gateway_rotation on {p['state_file']}: {exc} (see the gateway role's README, rotation)")
-        state_changed = new_out != out or (state_text is None and bool(new_out))
+        state_changed = new_state != state or (state_text is None and bool(new_state))
         conf_changed = new_conf != conf
-        result = {"changed": state_changed or conf_changed, "reload": conf_changed, "out": new_out,
+        result = {"changed": state_changed or conf_changed, "reload": conf_changed, "out": sorted(new_state),
+                  "detail": new_state, "forgotten": sorted(set(state) - set(new_state)) if p["keep"] is not None else [],
                   "routes": routes(new_conf or "")}
         if module.check_mode or not result["changed"]:
             module.exit_json(**result)
@@ -200,7 +254,7 @@ def main():
                 shutil.rmtree(staging, ignore_errors=True)
         # the state first: a render that reads it before the configuration is replaced already renders the change
         if state_changed:
-            _replace(p["state_file"], render_state(new_out))
+            _replace(p["state_file"], write_state(new_state))
         if conf_changed:
             _replace(p["conf"], new_conf, like=os.stat(p["conf"]))
             if p["reload"]:

@@ -324,6 +324,11 @@ PLACEHOLDER = "{…}"
 FIXES: Dict[str, str] = {
     "Stop, the new plan did not pass": "The message carries the health gate's own (the engine's log and the likely cause) and says "
                                        "whether the previous version was put back; fix the deployment and run again.",
+    "Stop, and what ran before did not come back either": "Read the instance's log (journalctl -u llmfleet-vllm-<instance> or "
+                                                          "docker logs) for why neither version passed; fix that, and the next "
+                                                          "serve.yml names the instance and puts it back once its gate passes.",
+    "gateway_lock on": "The fleet's run lock on that gateway host is unreadable or its folder is not writable: if no run is "
+                       "changing the fleet, remove /var/lib/llmfleet/gateway/run-lock.json there (docs/day2.md) and run again.",
     "is not a deployment of this host": "Name a deployment the host has (upgrade_deployment), or leave it out to roll every one.",
     "a metrics line does not end with a number": "The port does not answer as a vLLM engine: look at `curl http://127.0.0.1:<port>/metrics` "
                                                  "on the host, and at the instance's log (journalctl -u / docker logs).",
@@ -608,7 +613,8 @@ class _Finder(ast.NodeVisitor):
 # Functions that compose a failure sentence which a caller raises or appends (their f-strings are messages too): those
 # called directly inside errors.append(...) / raise X(...) are found; these are the ones reached another way.
 SENTENCE_FUNCTIONS = {"plugins/module_utils/_engine.py": {"nvidia_image"},
-                      "plugins/module_utils/_hub_http.py": {"transport_sentence", "not_json_sentence", "sdk_failure"}}
+                      "plugins/module_utils/_hub_http.py": {"transport_sentence", "not_json_sentence", "sdk_failure"},
+                      "plugins/module_utils/_run_lock.py": {"refusal"}}
 
 
 class _Producers(ast.NodeVisitor):

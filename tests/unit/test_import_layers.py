@@ -32,7 +32,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_engine_keys": {"_engine"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
-    "_config_tree": set(), "_rotation": set(), "_units": set(), "_host_tuning": {"_units"},
+    "_config_tree": set(), "_rotation": set(), "_run_lock": set(), "_units": set(), "_host_tuning": {"_units"},
     # what each file syntax can carry (nginx, systemd, environment files) and the served name's rule: the planner refuses
     # an inventory value with it, the gateway re-checks the plans it reads
     "_syntax": set(),

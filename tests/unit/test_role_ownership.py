@@ -23,7 +23,7 @@ ROLES = ROOT / "roles"
 WRITES: Dict[str, Tuple[str, ...]] = {
     "template": ("dest",), "copy": ("dest",), "file": ("path", "dest"), "lineinfile": ("path", "dest"),
     "blockinfile": ("path", "dest"), "replace": ("path",), "unarchive": ("dest",), "get_url": ("dest",),
-    "config_tree": ("root",), "gateway_rotation": ("conf", "state_file"), "pip_venv": ("path",),
+    "config_tree": ("root",), "gateway_rotation": ("conf", "state_file"), "gateway_lock": ("path",), "pip_venv": ("path",),
     "model_fetch": ("dest",), "kernel_tunables": ("path",),
     "apt_repository": ("filename",), "sysctl": ("sysctl_file",),
     "systemd_service": ("service:name",), "systemd": ("service:name",), "service": ("service:name",),

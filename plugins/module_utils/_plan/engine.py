@@ -178,4 +178,6 @@ def launch_args(launch: Launch) -> List[str]:
         args += ["--enable-expert-parallel"]
     if launch.eager:
         args += ["--enforce-eager"]
+    if launch.shutdown_timeout and has_flag(version, "--shutdown-timeout"):
+        args += ["--shutdown-timeout", str(launch.shutdown_timeout)]
     return args

@@ -61,7 +61,7 @@ WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "v
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
                  "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel",
-                 "drain_timeout_s", "chat_template"}
+                 "drain_timeout_s", "shutdown_timeout_s", "chat_template"}
 # What each key above means (docs/inventory.md is generated from it; tests/unit/test_docs.py holds it complete):
 # a DEPLOYMENT_KEYS key by its name, the others as workload.<key>, engine.<key>, overrides.<key>, options.<key>
 DEPLOYMENT_DOC: Dict[str, str] = {
@@ -131,6 +131,9 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "overrides.max_model_len": "As workload.max_model_len, but wins over it.",
     "overrides.drain_timeout_s": "Seconds a change waits for the instance's in-flight requests after it leaves the gateway's "
                                  "rotation (default 120).",
+    "overrides.shutdown_timeout_s": "The engine's own grace on SIGTERM, vLLM's --shutdown-timeout (0.18+): it finishes the "
+                                    "requests it holds for up to this long before it exits (default 30; 0 aborts them, and "
+                                    "older versions always do); the runtime's stop timeout is 30 s above it.",
     "overrides.max_num_seqs": "Admission cap instead of vLLM's default (the plan's): the plan's max_concurrency_at_max_len admits only "
                               "what the KV cache holds at full length - no preemption, at a cost in time to first token "
                               "(docs/benchmarks/h200.md, session 14).",

@@ -44,13 +44,16 @@ def with_port(instance: Dict[str, Any], port: int) -> Dict[str, Any]:
 
 
 def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
-                 options: HostOptions, drain_s: int, version: Optional[Version] = None) -> Dict[str, Any]:
-    """What the instance needs from its host (_host_needs), in the plan so that every role reads the same."""
+                 options: HostOptions, serving: Serving, version: Optional[Version] = None) -> Dict[str, Any]:
+    """What the instance needs from its host (_host_needs), in the plan so that every role reads the same: among them how
+    long a change waits for its requests (drain_timeout_s), the engine's own shutdown grace (shutdown_timeout_s, its
+    --shutdown-timeout) and the runtime's stop timeout above that grace (stop_timeout_s)."""
     return {"vendor": vendor, "bind_address": LOOPBACK, "container_network": CONTAINER_NETWORK,
             "edge": {"address": options.edge_address, "port": port} if options.edge_address else None,
             "model_dir": model_dir, "image_cuda": image_cuda,
             "access": device_access(vendor, gpus, str(options.hyhal_dir or HYHAL_DIR)), "os_packages": os_packages(package, version),
-            "stop_timeout_s": stop_timeout()[0], "drain_timeout_s": drain_s}
+            "stop_timeout_s": stop_timeout(serving.grace_s)[0], "drain_timeout_s": serving.drain_s,
+            "shutdown_timeout_s": serving.grace_s}
 
 
 def _loopback_env(vendor: str, version: Version, extra_env: Mapping[str, str], ctx: Ctx, name: str) -> Dict[str, str]:
@@ -71,8 +74,10 @@ def _loopback_env(vendor: str, version: Version, extra_env: Mapping[str, str], c
 
 def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
     """The instance with `plan_hash`: what the runtime compares to decide whether it changed (reasons excluded, and
-    drain_timeout_s: how long the change path waits is not a reason to restart an engine)."""
-    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items() if k not in ("reasons", "drain_timeout_s")},
+    drain_timeout_s: how long the change path waits is not a reason to restart an engine; shutdown_timeout_s is in the
+    command line and the stop timeout already, where it changes what runs)."""
+    instance["plan_hash"] = hashlib.sha256(json.dumps({k: v for k, v in instance.items()
+                                                       if k not in ("reasons", "drain_timeout_s", "shutdown_timeout_s")},
                                                       sort_keys=True).encode()).hexdigest()[:16]
     return instance
 
@@ -109,7 +114,7 @@ def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, p
                   chat_template=(feats.chat_template if not feats.chat_template or feats.chat_template.startswith("/")
                                  else f"{serving.source['dir'].rstrip('/')}/{feats.chat_template}"),
                   mistral_format=m.mistral_format, trust_remote_code=req.trust_remote_code,
-                  runner_args=feats.runner_args)
+                  runner_args=feats.runner_args, shutdown_timeout=serving.grace_s)
 
 
 def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placement, build: Build, precision: Precision,
@@ -173,7 +178,7 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             },
             "image": build.image, "package": build.package, "served_model_name": launch.served_name,
             "args": args, "env": env, "patches": feats.patches, "reasons": ctx.reasons,
-            **_host_fields(vendor, group, build.image_cuda, build.package, launch.model_dir, port, options, serving.drain_s),
+            **_host_fields(vendor, group, build.image_cuda, build.package, launch.model_dir, port, options, serving),
         }
         out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib_per_gpu", "kv_bytes_per_token_per_gpu")))
     if layout.pp == 1:
@@ -236,7 +241,7 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
                        "kv_cache_tokens": int(sizing.held * sizing.max_model_len), "max_concurrency_at_max_len": round(sizing.held, 2)},
             "image": build.image, "package": build.package, "served_model_name": launch.served_name,
             "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
-            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving.drain_s, version),
+            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving, version),
         }
         out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib", "kv_bytes_per_token")))
     return out

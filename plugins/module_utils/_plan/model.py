@@ -8,9 +8,9 @@ import json
 from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .._engine import Version, parse_version, vstr
+from .._engine import Version, parse_version, shutdown_drains, vstr
 from .._hf_names import TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_VERSION
-from .._host_needs import LOOPBACK, NeedsError, drain_timeout, model_source, stop_timeout
+from .._host_needs import LOOPBACK, NeedsError, drain_timeout, model_source, shutdown_grace, stop_timeout
 from .._models import YARN, ModelError, ModelProfile, remote_code_at, resolve_model, yarn_extension, yarn_limit
 from .._vllm_archs import ARCH_SUFFIXES, REGISTRY_ARCHS, RELEASES_READ
 from .base import Ctx, Refusal, gib
@@ -28,9 +28,14 @@ def choose_model(d: Mapping[str, Any], req: Request, metadata: Optional[Mapping[
 
 
 def serving_source(d: Mapping[str, Any], req: Request, m: ModelProfile, options: HostOptions, ctx: Ctx) -> Serving:
-    """Stage 2b: where the engine reads the model, where it listens, how long a stop and a drain may take."""
+    """Stage 2b: where the engine reads the model, where it listens, how long a drain, the engine's own shutdown grace and a
+    stop may take: the change path waits drain_timeout_s for the requests in flight, the stop then gives what still runs
+    the engine's --shutdown-timeout (where the version has it), and the runtime's stop timeout is longer than that grace."""
     try:
         source = model_source(m.id, d["model"], options.model_root)
+        drain_s, drain_why = drain_timeout(req.overrides.get("drain_timeout_s"))
+        grace_s, grace_why = shutdown_grace(shutdown_drains(req.version), req.overrides.get("shutdown_timeout_s"),
+                                            vstr(req.version))
     except NeedsError as exc:
         raise Refusal(f"{req.name}: {exc}") from exc
     if not source["fetch"]:
@@ -44,14 +49,11 @@ def serving_source(d: Mapping[str, Any], req: Request, m: ModelProfile, options:
                  "revision pinned: the hub's default branch; pin one for a folder of its own per revision)")
     ctx.why(f"model_dir={source['dir']}", where)
     ctx.why(f"bind_address={LOOPBACK}", options.bind_why)
-    stop_s, stop_why = stop_timeout()
-    ctx.why(f"stop_timeout_s={stop_s}", stop_why)
-    try:
-        drain_s, drain_why = drain_timeout(req.overrides.get("drain_timeout_s"))
-    except NeedsError as exc:
-        raise Refusal(f"{req.name}: {exc}") from exc
     ctx.why(f"drain_timeout_s={drain_s}", drain_why)
-    return Serving(source, drain_s)
+    ctx.why(f"shutdown_timeout_s={grace_s}", grace_why)
+    stop_s, stop_why = stop_timeout(grace_s)
+    ctx.why(f"stop_timeout_s={stop_s}", stop_why)
+    return Serving(source, drain_s, grace_s)
 
 
 def profile_summary(m: ModelProfile) -> Dict[str, Any]:

@@ -162,9 +162,11 @@ class HostOptions:
 
 @dataclass(frozen=True)
 class Serving:
-    """Stage 2b: where the engine reads the model (_host_needs.model_source) and how long a drain may take."""
+    """Stage 2b: where the engine reads the model (_host_needs.model_source), how long a drain may take, and the engine's
+    own shutdown grace (--shutdown-timeout, 0 where the version has none)."""
     source: Dict[str, Any]
     drain_s: int
+    grace_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,3 +201,4 @@ class Launch:
     mistral_format: bool = False                     # --tokenizer-mode / --config-format / --load-format mistral
     trust_remote_code: bool = False                  # --trust-remote-code: the deployment's trust_remote_code (model.check_remote_code)
     runner_args: Tuple[str, ...] = ()                # a pooling model's --runner/--convert (or --task): right after --dtype
+    shutdown_timeout: int = 0                        # --shutdown-timeout: the engine's own grace on SIGTERM (0: not passed)

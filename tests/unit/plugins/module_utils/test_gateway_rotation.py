@@ -6,6 +6,7 @@ a tree nginx rejects or a failed reload leaves the live file and the state as th
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import signal
@@ -52,7 +53,8 @@ def gateway(tmp_path):
     def task(**args):
         return {"llmfleet.serving.gateway_rotation": dict(
             conf=str(root / "llmfleet" / "gateway.conf"), state_file=str(state), root=str(root),
-            staging=str(tmp_path / "staging"), reload=["nginx", "-s", "reload", "-c", conf_file], **args)}
+            staging=str(tmp_path / "staging"), reload=["nginx", "-s", "reload", "-c", conf_file],
+            lock_file=str(tmp_path / "state" / "run-lock.json"), **args)}
     gateway = {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf", "pid": root / "nginx.pid"}
     yield gateway
     stop(gateway)
@@ -99,7 +101,9 @@ def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp
     conf = gateway["conf"].read_text()
     assert "127.0.0.12:8002 max_fails=2 fail_timeout=10s down;  # llmfleet-fleet-engine2 tiny-a-0" in conf
     assert conf.count(" down;") == 1
-    assert json.loads(gateway["state"].read_text()) == {"out": [E2]}
+    state = json.loads(gateway["state"].read_text())
+    assert state["out"] == [E2] and set(state) == {"out", "since"}       # no run lock here: no run to name
+    assert abs(time.time() - calendar.timegm(time.strptime(state["since"][E2], "%Y-%m-%dT%H:%M:%SZ"))) < 120
     assert not (tmp_path / "staging").exists(), "the private copy (it holds the engines' key) is removed"
     assert reloaded(gateway, started), "nginx reloaded the new configuration (same master, new workers) and answers"
     after_first = processes(gateway)
@@ -166,3 +170,54 @@ def test_a_failed_reload_puts_both_files_back(gateway, tmp_path):
     assert result["failed"] is True and "nginx -s reload" in result["msg"]
     assert "files are as they were" in result["msg"]
     assert gateway["conf"].read_text() == before and not gateway["state"].exists()
+
+
+E1 = "llmfleet-fleet-engine1/tiny-a-0"
+
+
+def test_the_state_names_the_run_that_took_an_instance_out_and_keeps_the_first_time(gateway, tmp_path):
+    """The holder of the fleet's run lock is recorded with the time, so the next run can say who left an instance out."""
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "run-lock.json").write_text(json.dumps(
+        {"run": "ctl-1/4242/9001", "controller": "ctl-1", "user": "alice", "pid": 4242, "playbook": "site.yml",
+         "since": "2026-12-03T10:00:00Z"}))
+    first, = play(tmp_path, [gateway["task"](instance=E2, down=True)])
+    assert first["detail"][E2]["by"] == "site.yml by alice on ctl-1, pid 4242"
+    again, report = play(tmp_path, [gateway["task"](instance=E2, down=True), gateway["task"]()])
+    assert again["changed"] is False and report["detail"] == first["detail"]
+
+
+def test_the_last_serving_instance_of_a_model_is_not_taken_out(gateway, tmp_path):
+    """The N-1 check made on the gateway under its lock, at the moment an instance goes out: with engine2's tiny-a out
+    (another change of the same batch), engine1's may not go, and nothing changes; with a peer serving it may."""
+    before = gateway["conf"].read_text()
+    out, refused = play(tmp_path, [gateway["task"](instance=E2, down=True), gateway["task"](instance=E1, down=True, peers=[E2])])
+    assert out.get("failed") is not True, out
+    after_first = gateway["conf"].read_text()
+    assert refused["failed"] is True and "nothing changed" in refused["msg"] and E2 in refused["msg"], refused
+    assert "vllm_allow_downtime" in refused["msg"]
+    assert gateway["conf"].read_text() == after_first != before and rot.parse_state(gateway["state"].read_text()) == [E2]
+    # a peer held out by the state alone (its gateway does not route it down) does not serve either
+    noroute, = play(tmp_path, [gateway["task"](instance=E1, down=True, peers=["llmfleet-fleet-engine3/tiny-a-0", E2])])
+    assert noroute["changed"] is True, "engine3 is not routed here yet (a first deploy): it counts"
+    back, = play(tmp_path, [gateway["task"](instance=E1, down=False)])
+    assert back["changed"] is True
+    # no peers given: the only instance's downtime was accepted, nothing is checked
+    alone, = play(tmp_path, [gateway["task"](instance=E1, down=True, peers=[])])
+    assert alone["changed"] is True and alone["out"] == [E1, E2]
+
+
+def test_an_instance_no_plan_has_is_forgotten_and_the_configuration_left_alone(gateway, tmp_path):
+    """keep: the state forgets what no plan has any more (a removed deployment a change had taken out); the live
+    configuration is not touched and nginx not reloaded (the next full render no longer routes it)."""
+    play(tmp_path, [gateway["task"](instance=E2, down=True), gateway["task"](instance="gone-host/tiny-a-0", down=True)])
+    conf = gateway["conf"].read_text()
+    started = processes(gateway)
+    check, = play(tmp_path, [gateway["task"](keep=[E1, E2])], check=True)
+    assert check["changed"] is True and check["forgotten"] == ["gone-host/tiny-a-0"]
+    assert rot.parse_state(gateway["state"].read_text()) == ["gone-host/tiny-a-0", E2], "check mode writes nothing"
+    pruned, again = play(tmp_path, [gateway["task"](keep=[E1, E2]), gateway["task"](keep=[E1, E2])])
+    assert pruned["changed"] is True and pruned["reload"] is False and pruned["out"] == [E2]
+    assert again["changed"] is False and again["forgotten"] == []
+    assert rot.parse_state(gateway["state"].read_text()) == [E2] and gateway["conf"].read_text() == conf
+    assert processes(gateway) == started, "forgetting reloads nothing"

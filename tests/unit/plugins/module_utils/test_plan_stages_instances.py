@@ -42,3 +42,36 @@ def test_plan_host_leaves_the_callers_options_alone():
                      options)
     assert options == {"base_port": "9100", "gateway_on_host": True}
     assert plan["errors"] == [] and plan["deployments"][0]["instances"][0]["port"] == 9100
+
+
+def _grace_plan(version, overrides=None):
+    hw = validate_hardware(hardware_profile("h200_sxm_8x"), source="test")
+    deployment = {"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": version}, "gpus": 1}
+    if overrides:
+        deployment["overrides"] = overrides
+    return plan_host("h", hw, [deployment], {"base_port": 9000, "gateway_on_host": True})
+
+
+def test_the_engine_gets_its_own_shutdown_grace_where_the_version_has_it_and_the_stop_outlasts_it():
+    """From vLLM 0.18 (--shutdown-timeout) a stop lets the engine finish what it holds; the runtime waits longer than that
+    grace before it kills. 0.17 has no such flag: none is written, and its plan does not change (no needless restart)."""
+    new = _grace_plan("0.26.0")["deployments"][0]["instances"][0]
+    args = new["args"]
+    assert args[args.index("--shutdown-timeout") + 1] == str(new["shutdown_timeout_s"]) == "30"
+    assert new["stop_timeout_s"] > new["shutdown_timeout_s"]
+    assert any(r["decision"] == "shutdown_timeout_s=30" and "PR #34730" in r["why"] for r in new["reasons"])
+    old = _grace_plan("0.17.0")["deployments"][0]["instances"][0]
+    assert "--shutdown-timeout" not in old["args"] and old["shutdown_timeout_s"] == 0 and old["stop_timeout_s"] == 30
+    # the grace is in the command line and the stop timeout; the field alone changes nothing that runs
+    unhashed = {k: v for k, v in old.items() if k != "plan_hash"}
+    assert _hashed(dict(unhashed, shutdown_timeout_s=99))["plan_hash"] == old["plan_hash"]
+
+
+def test_the_grace_can_be_set_or_turned_off_and_is_refused_where_the_engine_has_none():
+    longer = _grace_plan("0.26.0", {"shutdown_timeout_s": 300})["deployments"][0]["instances"][0]
+    assert longer["args"][longer["args"].index("--shutdown-timeout") + 1] == "300" and longer["stop_timeout_s"] == 330
+    off = _grace_plan("0.26.0", {"shutdown_timeout_s": 0})["deployments"][0]["instances"][0]
+    assert "--shutdown-timeout" not in off["args"] and off["stop_timeout_s"] == 30
+    refused = _grace_plan("0.17.0", {"shutdown_timeout_s": 60})
+    assert refused["errors"] and "vLLM 0.17.0 has no --shutdown-timeout" in refused["errors"][0]
+    assert "overrides.shutdown_timeout_s must be a whole number" in _grace_plan("0.26.0", {"shutdown_timeout_s": "60"})["errors"][0]

@@ -107,3 +107,31 @@ def test_live_peers_count_what_serves_not_what_is_planned():
     # down on one gateway of two is not serving for that gateway's clients
     assert r.live_peers(peers[:1], [routes, down]) == []
     assert r.live_peers(peers[:1], []) == peers[:1]
+
+
+def test_a_peer_a_gateways_state_holds_out_does_not_count_even_when_no_line_says_down():
+    """A state may hold an instance that its gateway does not route yet (the gateway was not rendered since): that peer
+    does not serve, so it is no N-1 peer."""
+    peers = ["llmfleet-fleet-engine2/tiny-a-0", "llmfleet-fleet-engine3/tiny-a-0"]
+    assert r.live_peers(peers, [rot.routes(CONF)], ["llmfleet-fleet-engine3/tiny-a-0"]) == peers[:1]
+    assert r.live_peers(peers, [rot.routes(CONF)], peers) == []
+
+
+def test_reconcile_forgets_the_unplanned_readmits_what_this_run_serves_and_reports_the_rest():
+    out = {"e1/tiny-a-0": {"since": "2026-12-03T10:00:00Z", "by": "site.yml by alice on ctl-1, pid 4242", "gateways": ["gw"]},
+           "e2/tiny-a-0": {"since": "2026-12-03T11:00:00Z", "by": None, "gateways": ["gw", "gw2"]},
+           "e3/tiny-a-0": {"since": None, "by": None, "gateways": ["gw"]},
+           "e1/gone-0": {"since": "2026-12-01T09:00:00Z", "by": None, "gateways": ["gw"]},
+           "e4/tiny-a-0": {"since": "2026-12-03T12:00:00Z", "by": None, "gateways": ["gw"]}}
+    planned = ["e1/tiny-a-0", "e2/tiny-a-0", "e3/tiny-a-0", "e4/tiny-a-0"]
+    rows = {row["instance"]: row for row in r.reconcile(out, planned, ["e1", "e2", "e4"], ["e4"])}
+    assert {n: row["action"] for n, row in rows.items()} == {
+        "e1/gone-0": r.FORGET, "e1/tiny-a-0": r.READMIT, "e2/tiny-a-0": r.READMIT, "e3/tiny-a-0": r.REPORT, "e4/tiny-a-0": r.REPORT}
+    assert "e3 is not in this run (--limit)" in rows["e3/tiny-a-0"]["why"]
+    assert "llmfleet_serve is false on e4" in rows["e4/tiny-a-0"]["why"]
+    assert "no plan has it any more" in rows["e1/gone-0"]["why"]
+    lines = r.reconcile_lines([rows["e1/tiny-a-0"], rows["e3/tiny-a-0"]])
+    assert lines[0] == ("e1/tiny-a-0: out of the rotation of gw since 2026-12-03T10:00:00Z (taken out by site.yml by alice on "
+                        "ctl-1, pid 4242): its host is in this run: it goes back in once its health gate passes")
+    assert lines[1].startswith("e3/tiny-a-0: out of the rotation of gw since before this collection kept the time: e3 is not")
+    assert r.reconcile({}, planned, ["e1"]) == []

@@ -74,3 +74,48 @@ def test_the_full_render_keeps_what_the_rotation_took_out():
     servers = gw.gateway_model(plans, "gw", {"out_of_rotation": [E2]})["upstreams"][0]["servers"]
     assert [(s["host"], s["down"]) for s in servers] == [("llmfleet-fleet-engine1", False), ("llmfleet-fleet-engine2", True)]
     assert not any(s["down"] for s in gw.gateway_model(plans, "gw")["upstreams"][0]["servers"])
+
+
+def test_the_state_says_since_when_and_by_which_run_and_keeps_the_first_time():
+    """What the next run reports of an instance an interrupted one left out: since when and by which run. Taking out an
+    instance already out keeps its time; putting it back drops it."""
+    state = rot.mark({}, E2, True, "2026-12-03T10:00:00Z", "site.yml by alice on ctl-1, pid 4242")
+    state = rot.mark(state, E2, True, "2026-12-03T11:00:00Z", "serve.yml by bob on ctl-2, pid 7")
+    assert state == {E2: {"since": "2026-12-03T10:00:00Z", "by": "site.yml by alice on ctl-1, pid 4242"}}
+    text = rot.write_state(state)
+    assert rot.read_state(text) == state and rot.parse_state(text) == [E2]
+    assert rot.write_state(rot.read_state(text)) == text                      # canonical
+    assert rot.mark(state, E2, False) == {}
+    # a state an older release wrote ({"out": [...]}) is read as it was, without times
+    assert rot.read_state('{"out": ["%s"]}' % E1) == {E1: {"since": None, "by": None}}
+    assert rot.write_state({E1: {"since": None, "by": None}}) == rot.render_state([E1])
+    with pytest.raises(rot.RotationError, match="remove the file"):
+        rot.read_state('{"out": [], "since": []}')
+
+
+def test_an_instance_no_plan_has_is_forgotten_and_the_rest_kept():
+    """A removed deployment or host that a change took out: nothing would ever put it back, so the state forgets it."""
+    plans = {"llmfleet-fleet-engine1": {"deployments": [{"instances": [{"name": "tiny-a-0"}]}]},
+             "llmfleet-fleet-engine2": {"deployments": [{"instances": [{"name": "tiny-b-0"}]}]}}
+    planned = rot.planned(plans)
+    assert planned == [E1, "llmfleet-fleet-engine2/tiny-b-0"]
+    state = {E1: {"since": "t1", "by": None}, E2: {"since": "t2", "by": None}}
+    assert rot.forget(state, planned) == {E1: {"since": "t1", "by": None}}
+    assert rot.forget({}, planned) == {}
+
+
+def test_what_the_gateways_hold_out_merges_to_the_earliest_time():
+    merged = rot.merge_out({"gw2": {E2: {"since": "2026-12-03T10:05:00Z", "by": "b"}},
+                            "gw1": {E2: {"since": "2026-12-03T10:00:00Z", "by": "a"}, E1: {"since": None, "by": None}}})
+    assert merged == {E2: {"since": "2026-12-03T10:00:00Z", "by": "a", "gateways": ["gw1", "gw2"]},
+                      E1: {"since": None, "by": None, "gateways": ["gw1"]}}
+
+
+def test_a_peer_serves_when_routed_without_down_and_held_out_by_no_state():
+    routes = rot.routes(CONF)
+    assert rot.serving(routes, [], [E1]) == [E1]
+    assert rot.serving(rot.routes(rot.apply(CONF, [E1])), [E1], [E1]) == []
+    # the state holds it out although this configuration does not route it down (yet): it does not serve
+    assert rot.serving(routes, [E1], [E1]) == []
+    # not routed here yet (a first deploy): counts, as it will be routed in rotation
+    assert rot.serving(routes, [], ["llmfleet-fleet-engine3/tiny-a-0"]) == ["llmfleet-fleet-engine3/tiny-a-0"]

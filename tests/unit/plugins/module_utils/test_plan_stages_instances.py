@@ -8,6 +8,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._plan.compose imp
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.inputs import check_deployments
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.instances import _hashed, _port_of
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.stages import HostOptions
+from llmfleet_testing import accepting
 
 OPTS = HostOptions(bind_why="the gateway runs on this host", base_port=9000)
 
@@ -46,7 +47,7 @@ def test_plan_host_leaves_the_callers_options_alone():
 
 def _grace_plan(version, overrides=None):
     hw = validate_hardware(hardware_profile("h200_sxm_8x"), source="test")
-    deployment = {"name": "d", "model": "Qwen/Qwen3-8B", "engine": {"version": version}, "gpus": 1}
+    deployment = {"name": "d", "model": "Qwen/Qwen3-8B", "engine": accepting(version), "gpus": 1}
     if overrides:
         deployment["overrides"] = overrides
     return plan_host("h", hw, [deployment], {"base_port": 9000, "gateway_on_host": True})

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from llmfleet_testing import ROOT, run_ansible, task_result
+from llmfleet_testing import ROOT, accepting, run_ansible, task_result
 
 INVENTORIES = ["v100", "v100_pair", "mixed_4gpu", "dcu_k100", "h100"]
 
@@ -154,7 +154,7 @@ def test_the_secrets_the_roles_make_are_never_read_as_inventory(inventory, tmp_p
 
 def test_an_instance_keeps_its_port_when_a_deployment_is_inserted_before_it(tmp_path):
     """The plan in force is the file the last run wrote: the second run reads it, and the instance that runs keeps its port."""
-    b = {"name": "b", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0"}, "gpus": [1]}
+    b = {"name": "b", "model": "Qwen/Qwen3-8B", "engine": accepting("0.20.0"), "gpus": [1]}
     a = dict(b, name="a", gpus=[0])
     run_plan("h100", tmp_path, llmfleet_deployments=[b])
     first = json.loads((tmp_path / "h100-01.json").read_text())
@@ -174,7 +174,7 @@ def test_an_instance_keeps_its_port_when_a_deployment_is_inserted_before_it(tmp_
 
 def test_a_port_that_the_web_ui_holds_on_the_host_is_refused(tmp_path):
     # h100-01 is in llm_webui: Open WebUI listens on webui_port (the webui role's default 3080)
-    deployments = [{"name": "a", "model": "Qwen/Qwen3-8B", "engine": {"version": "0.20.0"}, "gpus": 1, "port": 3080}]
+    deployments = [{"name": "a", "model": "Qwen/Qwen3-8B", "engine": accepting("0.20.0"), "gpus": 1, "port": 3080}]
     result = run_plan("h100", tmp_path, llmfleet_deployments=deployments)
     failed = task_result(result, "Stop on plans that cannot work", "h100-01")
     assert "port 3080: a-0 (a: port 3080) asks for the port Open WebUI (webui_port) listens on" in failed["msg"], failed["msg"]

@@ -137,7 +137,7 @@ def main():
             if rl.releases(held, owner):
                 if writing:
                     os.unlink(path)
-                module.exit_json(**dict(result, decision="release", lock=None, changed=True))
+                module.exit_json(**{**result, "decision": "release", "lock": None, "changed": True})
             decision = "none" if held is None else "not_ours"
             note = f"the fleet's lock on {host} is held by another run ({rl.describe(held, now)}): left as it is" \
                 if held is not None else ""
@@ -161,7 +161,7 @@ def main():
             module.warn(note)
         if writing:
             write_beside(path, rl.render(record).encode("utf-8"), 0o644, os.getuid(), os.getgid())
-        module.exit_json(**dict(result, decision=decision, lock=record, changed=True, note=note))
+        module.exit_json(**{**result, "decision": decision, "lock": record, "changed": True, "note": note})
     except OSError as exc:
         module.fail_json(msg=f"gateway_lock on {host}: {exc}; check the folder's free space and permissions, then run again")
     finally:

@@ -49,7 +49,7 @@ def engine(version: str) -> dict:
     (docs/inventory.md#engine-advisories); a checkout without the advisory table (tests/tools/plan_snapshot.py --root) plans
     the plain version."""
     advisories_of = getattr(_engine, "advisories_of", None)
-    accepted = [a.ghsa for a in advisories_of(_engine.parse_version(version))] if advisories_of else []
+    accepted = [a.ghsa for a in advisories_of(_engine.parse_version(version))] if callable(advisories_of) else []
     return dict({"version": version}, **({"accept_advisories": accepted} if accepted else {}))
 
 

@@ -39,7 +39,7 @@ def tp2(version="0.26.0", **extra):
 
 
 PLANS = {
-    "nvidia TP=2": lambda: tp2(),
+    "nvidia TP=2": tp2,
     "nvidia PP>1 (T4 x4, phi-4)": lambda: plan_host("h", hardware_profile("t4x4"), [{"name": "p", "model": phi4(),
                                                                                      "engine": {"version": "0.26.0"}}]),
     "hygon DCU TP=4 (dcu_k100)": lambda: plan_of("dcu_k100"),

@@ -5,18 +5,13 @@ vllm_key_missing_stop (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _engine_keys as k
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
 
 def _call(func, *args, **kwargs):
-    try:
-        return func(*args, **kwargs)
-    except k.EngineKeyError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+    return call(func, (k.EngineKeyError,), *args, **kwargs)
 
 
 def vllm_api_keys(current, next_key=None, previous=None, drop_previous=False):

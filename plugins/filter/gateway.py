@@ -9,15 +9,11 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import FleetPlanError, read_fleet_plans
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
 
-def _call(func, *args):
-    try:
-        return func(*args)
-    except (gw.GatewayError, FleetPlanError) as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+def _call(func, *args, **kwargs):
+    return call(func, (gw.GatewayError, FleetPlanError), *args, malformed=(KeyError, TypeError), **kwargs)
 
 
 def gateway_plans(hosts, hostvars, plan_dir):

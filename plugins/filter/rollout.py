@@ -12,15 +12,11 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rollout as r
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import FLEET_VARS
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
 
 def _call(func, *args, **kwargs):
-    try:
-        return func(*args, **kwargs)
-    except r.RolloutError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+    return call(func, (r.RolloutError,), *args, **kwargs)
 
 
 def rollout_in_flight(metrics):

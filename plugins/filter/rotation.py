@@ -5,18 +5,13 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
 
-def _call(func, *args):
-    try:
-        return func(*args)
-    except rot.RotationError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+def _call(func, *args, **kwargs):
+    return call(func, (rot.RotationError,), *args, **kwargs)
 
 
 def gateway_planned_instances(plans):

@@ -5,19 +5,14 @@ and gateway_local_url (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils import _verify as v
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
 
-def _call(func, *args):
-    try:
-        return func(*args)
-    except (v.VerifyError, gw.GatewayError) as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+def _call(func, *args, **kwargs):
+    return call(func, (v.VerifyError, gw.GatewayError), *args, malformed=(KeyError, TypeError, ValueError), **kwargs)
 
 
 def verify_targets(plan):

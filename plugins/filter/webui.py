@@ -6,19 +6,14 @@ webui_model_settings (each served model's chat settings from the plans); docs in
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _serving
 from ansible_collections.llmfleet.serving.plugins.module_utils import _webui as w
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
 
-def _call(func, *args):
-    try:
-        return func(*args)
-    except (w.WebUIError, _serving.ServingError) as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"{func.__name__}: malformed input ({type(exc).__name__}: {exc})") from exc
+def _call(func, *args, **kwargs):
+    return call(func, (w.WebUIError, _serving.ServingError), *args, malformed=(KeyError, TypeError), **kwargs)
 
 
 def webui_service(options, gateway_api_keys):

@@ -22,6 +22,15 @@ class ConfigTreeError(ValueError):
     """A file list the module cannot install as given."""
 
 
+def read_text(path: str) -> Optional[str]:
+    """The file's text, or None when there is no file (a state or lock file that was never written)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
 def write_beside(target: str, content: bytes, mode: int, uid: int, gid: int) -> None:
     """Write `content` beside `target` (owner and mode set before it is visible), then rename it over `target`: a reader
     sees the old file or the new one, never a part."""

@@ -93,15 +93,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _run_lock as rl
-from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import write_beside
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import read_text, write_beside
 
 
 def main():
@@ -128,7 +120,7 @@ def main():
             fcntl.flock(guard, fcntl.LOCK_EX)
         now = time.time()
         try:
-            held = rl.parse(_read(path), path)
+            held = rl.parse(read_text(path), path)
             owner = rl.check_owner(p["owner"])
         except rl.LockError as exc:
             module.fail_json(msg=f"gateway_lock on {host}: {exc}")

@@ -141,18 +141,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import ConfigTreeError, validate_argv, write_beside
+from ansible_collections.llmfleet.serving.plugins.module_utils._config_tree import ConfigTreeError, read_text, validate_argv, write_beside
 from ansible_collections.llmfleet.serving.plugins.module_utils import _run_lock as rl
 from ansible_collections.llmfleet.serving.plugins.module_utils._rotation import (
     RotationError, down_in, forget, mark, read_state, routes, serving, set_one, write_state)
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
 
 
 def _replace(path, text, like=None, mode=0o644):
@@ -206,8 +198,8 @@ def main():
     try:
         if lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-        state_text = _read(p["state_file"])
-        conf = _read(p["conf"])
+        state_text = read_text(p["state_file"])
+        conf = read_text(p["conf"])
         host = os.uname().nodename
         try:
             # no state file yet: what the live configuration has down is the state (a gateway set up before the state
@@ -227,7 +219,7 @@ def main():
                                          "the same batch, llmfleet_serve_serial above 1, or a run that stopped halfway): run "
                                          "again once they are back, or set vllm_allow_downtime: true",
                                      out=sorted(state), detail=state)
-                holder = rl.parse(_read(p["lock_file"]), p["lock_file"]) if p["lock_file"] else None
+                holder = rl.parse(read_text(p["lock_file"]), p["lock_file"]) if p["lock_file"] else None
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 new_state = mark(state, p["instance"], p["down"], now, rl.short(holder) if holder else None)
                 new_conf = set_one(conf, p["instance"], p["down"]) if conf is not None else None

@@ -33,7 +33,8 @@ def tasks(items) -> Iterator[Dict[str, Any]]:
                 yield from tasks(task.get(key))
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/serve.yml", "playbooks/gateway.yml", "playbooks/upgrade.yml"])
+@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/serve.yml", "playbooks/gateway.yml", "playbooks/upgrade.yml",
+                                      "playbooks/rotate_key.yml"])
 def test_a_playbook_that_changes_the_fleet_takes_the_lock_first_and_releases_it_last(playbook):
     entries = load(playbook)
     first = entries[0]
@@ -47,7 +48,7 @@ def test_a_playbook_that_changes_the_fleet_takes_the_lock_first_and_releases_it_
         assert all(set(t) & {"ansible.builtin.debug"} for t in entry.get("tasks") or []), (playbook, entry)
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/upgrade.yml"])
+@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/upgrade.yml", "playbooks/rotate_key.yml"])
 def test_site_and_upgrade_keep_the_lock_across_the_playbooks_they_import(playbook):
     """serve.yml and gateway.yml release the lock at their end when run alone; imported, they leave it to the importer,
     so no other run slips in between them."""

@@ -42,7 +42,7 @@ PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port":
                  # a Mistral-format checkpoint's three flags (features: the model's own files decide them)
                  "--tokenizer-mode": None, "--config-format": None, "--load-format": None,
                  # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
-                 SHUTDOWN_FLAG: None}
+                 SHUTDOWN_FLAG: "shutdown_timeout_s"}
 # environment the planner or the roles set: an extra_env entry may not replace them
 PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_API_KEY",
                "VLLM_ATTENTION_BACKEND"}

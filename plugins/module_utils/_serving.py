@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._engine import image_pinned
+from ._engine import UNSAFE_ENV, image_pinned
 from ._engine_keys import rotation_blockers, rotation_refusal
 from ._fleet_vars import ENGINE_DEFAULTS
 from ._host_needs import CONTAINER_NETWORK, visible_devices_in_container
@@ -152,6 +152,26 @@ def cache_env(cache_dir: str) -> Dict[str, str]:
     return {key: f"{cache_dir.rstrip('/')}/{sub}" for key, sub in CACHE_ENV.items()}
 
 
+def role_env(instance: Mapping[str, Any], extra: Optional[Mapping[str, Any]], planned: Mapping[str, str]) -> Dict[str, str]:
+    """The role's vllm_extra_env for every instance (proxy settings, NCCL debugging): it may add variables, never replace
+    one the plan or this module sets (the GPUs, the loopback pins of the engine's own listeners, the caches), and never
+    set one that opens the engine beyond inference (_engine.UNSAFE_ENV): those go in a deployment's extra_env, which
+    the planner checks and where allow_unsafe can name them."""
+    out: Dict[str, str] = {}
+    for name, value in (extra or {}).items():
+        key = str(name)
+        if key in planned:
+            if str(value) != planned[key]:
+                raise ServingError(f"{instance['name']}: vllm_extra_env sets {key}={value}, which the plan sets to {planned[key]}; "
+                                   "remove it from vllm_extra_env (the plan decides it; a deployment's overrides or extra_env "
+                                   "change what the planner allows)")
+        elif key in UNSAFE_ENV:
+            raise ServingError(f"{instance['name']}: vllm_extra_env sets {key}, which opens the engine beyond inference: "
+                               f"{UNSAFE_ENV[key]}; set it in the deployment's extra_env and name it in allow_unsafe, or remove it")
+        out[key] = str(value)
+    return out
+
+
 def instance_env(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: Optional[str] = None,
                  extra: Optional[Mapping[str, Any]] = None) -> Dict[str, str]:
     """The process environment (without the API key): the plan's env, persistent compile caches,
@@ -165,7 +185,7 @@ def instance_env(instance: Mapping[str, Any], *, cache_dir: str, patches_dir: Op
             raise ServingError(f"{instance['name']}: the plan needs patches {patches} but no patches folder was given")
         env["PYTHONPATH"] = patches_dir
         env["LLMFLEET_PATCHES"] = ",".join(patches)
-    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    env.update(role_env(instance, extra, planned=env))
     for key in SECRET_ENV:
         env.pop(key, None)
     return env

@@ -399,3 +399,18 @@ def test_two_keys_are_refused_when_the_plan_names_its_own_config_file():
     assert serving.engine_keys(inst, KEY) == [KEY]
     with pytest.raises(serving.ServingError, match="name a --config file"):
         serving.engine_keys(inst, [KEY, OTHER])
+
+
+def test_the_roles_extra_env_adds_but_never_replaces_the_plans_or_opens_the_engine():
+    """Issue 35: vllm_extra_env (every instance of a host) went into the environment after the plan's, unchecked: it could
+    move the engine's listeners off loopback (VLLM_HOST_IP), change its GPUs, or mount the development endpoints."""
+    [inst] = serving.plan_instances(cpu_plan())
+    env = serving.instance_env(inst, cache_dir="/var/cache/llmfleet", extra={"HTTPS_PROXY": "http://proxy:3128"})
+    assert env["HTTPS_PROXY"] == "http://proxy:3128" and env["VLLM_HOST_IP"] == "127.0.0.1"
+    with pytest.raises(serving.ServingError, match="vllm_extra_env sets VLLM_HOST_IP=0.0.0.0, which the plan sets to 127.0.0.1"):
+        serving.instance_env(inst, cache_dir="/var/cache/llmfleet", extra={"VLLM_HOST_IP": "0.0.0.0"})
+    with pytest.raises(serving.ServingError, match="vllm_extra_env sets VLLM_SERVER_DEV_MODE, which opens the engine"):
+        serving.instance_env(inst, cache_dir="/var/cache/llmfleet", extra={"VLLM_SERVER_DEV_MODE": "1"})
+    # the plan's own value, repeated, changes nothing
+    assert serving.instance_env(inst, cache_dir="/var/cache/llmfleet", extra={"VLLM_HOST_IP": "127.0.0.1"}) == \
+        serving.instance_env(inst, cache_dir="/var/cache/llmfleet")

@@ -19,6 +19,8 @@ def run_ansible(*args: str, extra_vars: Optional[dict] = None, env: Optional[Dic
                        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"))
     environment.update(env or {})
+    # an empty value removes the variable (ansible-core 2.19 refuses an empty plugin name in ANSIBLE_CALLBACKS_ENABLED)
+    environment = {k: v for k, v in environment.items() if not (k in (env or {}) and v == "")}
     # the ansible next to this interpreter (the project's venv), against localhost only
     cmd = [os.path.join(os.path.dirname(sys.executable), args[0]), *args[1:]]
     if with_inventory:

@@ -198,8 +198,14 @@ def host_addresses(host):
 
 
 def bridge_gateway(host):
-    config = json.loads(host.check_output("docker network inspect bridge"))[0]["IPAM"]["Config"]
+    network = json.loads(host.check_output("docker network inspect bridge"))[0]
+    config = network["IPAM"]["Config"]
     gateway = next((c["Gateway"] for c in config if c.get("Gateway") and ipaddress.ip_address(c["Gateway"]).version == 4), None)
+    if not gateway:
+        # Docker 20.10 (Debian's docker.io) records only the subnet: the gateway is the bridge interface's own address
+        bridge = (network.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+        out = host.check_output(f"ip -4 -o addr show dev {bridge}")
+        gateway = next((line.split()[3].split("/")[0] for line in out.splitlines()), None)
     assert gateway, f"Docker's default bridge names no IPv4 gateway: {config}"
     return gateway
 

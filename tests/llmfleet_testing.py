@@ -233,40 +233,21 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
     gateway_api_keys, gateway_client_policy and gateway_model, its template list through llmfleet.serving.config_tree, which checks the staging
     copy with `nginx -t` before it installs the tree) into where/etc; the pid file moved into the tree so that the test's
     nginx runs beside the machine's. Returns the tree's root."""
-    root, staging = os.path.join(where, "etc"), os.path.join(where, "staging")
-    os.makedirs(root, exist_ok=True)      # nginx's folder, which the package makes on a gateway host
+    os.makedirs(os.path.join(where, "etc"), exist_ok=True)      # nginx's folder, which the package makes on a gateway host
     # the test's values in a vars file after the role's defaults (a play's vars_files outrank its vars); it holds the keys
     settings = os.path.join(where, "gateway-vars.json")
     with open(os.open(settings, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
         json.dump({"gateway_listen": [listen], "gateway_worker_processes": 1, "gateway_worker_connections": 64, "gateway_api_keys": api_keys,
                    "__gateway_engine_key": engine_key, "__gateway_edge": None, "__gateway_webui": None, "__gateway_tls_enabled": False,
                    "__gateway_tls_dir": os.path.join(where, "tls"), "__crosscheck_plans": plans}, handle)
-    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
-             "vars_files": [os.path.join(ROOT, "roles", "gateway", "defaults", "main.yml"), settings],
-             "tasks": [{"name": "keys", "ansible.builtin.set_fact": {"__gateway_keys": "{{ gateway_api_keys | llmfleet.serving.gateway_api_keys }}"},
-                        "no_log": True},
-                       {"name": "policy", "ansible.builtin.set_fact": {"__gateway_client_policy": (
-                           "{{ {'key_max_conns': gateway_key_max_conns, 'address_max_conns': gateway_address_max_conns, "
-                           "'plain_allow': gateway_tls_plain_allow} | llmfleet.serving.gateway_client_policy }}")}},
-                       {"name": "routes", "ansible.builtin.set_fact": {
-                           "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}},
-                       {"name": "render", "llmfleet.serving.config_tree": {
-                           "templates": gateway_role_files(), "root": root, "staging": staging,
-                           "validate": ["nginx", "-t", "-q", "-c", "%s/nginx.conf"], "prune": ["llmfleet"], "owner": "root", "group": "root",
-                           "directory_mode": "0700"}}]}]
-    playbook = os.path.join(where, "render-gateway.yml")
-    with open(playbook, "w", encoding="utf-8") as handle:
-        json.dump(play, handle)
-    result = run_ansible("ansible-playbook", playbook)
-    outcome = task_result(result, "render")
-    assert outcome.get("failed") is not True and not task_result(result, "routes").get("failed"), outcome.get("msg") or outcome
-    conf = os.path.join(root, "nginx.conf")
-    with open(conf, encoding="utf-8") as handle:
-        text = handle.read()
-    assert "pid /run/nginx.pid;" in text, "the gateway's nginx.conf names no pid file the test can move"
-    with open(conf, "w", encoding="utf-8") as handle:
-        handle.write(text.replace("pid /run/nginx.pid;", f"pid {root}/nginx.pid;"))
-    return root
+    tasks = [{"name": "keys", "ansible.builtin.set_fact": {"__gateway_keys": "{{ gateway_api_keys | llmfleet.serving.gateway_api_keys }}"},
+              "no_log": True},
+             {"name": "policy", "ansible.builtin.set_fact": {"__gateway_client_policy": (
+                 "{{ {'key_max_conns': gateway_key_max_conns, 'address_max_conns': gateway_address_max_conns, "
+                 "'plain_allow': gateway_tls_plain_allow} | llmfleet.serving.gateway_client_policy }}")}},
+             {"name": "routes", "ansible.builtin.set_fact": {
+                 "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}}]
+    return _render_tree(where, "gateway", settings, tasks, gateway_role_files())
 
 
 def edge_role_files() -> List[dict]:
@@ -287,32 +268,40 @@ def render_edge(where: str, plan: dict, allow: List[str]) -> str:
     entry point renders it (the role's defaults, its filter gateway_edge, its edge file list through
     llmfleet.serving.config_tree, which checks the staging copy with `nginx -t`) into where/etc, allowing `allow`; the pid
     file moved into the tree so that the test's nginx runs beside the machine's. Returns the tree's root."""
-    root, staging = os.path.join(where, "etc"), os.path.join(where, "staging")
-    os.makedirs(root, exist_ok=True)
+    os.makedirs(os.path.join(where, "etc"), exist_ok=True)
     settings = os.path.join(where, "edge-vars.json")
     with open(settings, "w", encoding="utf-8") as handle:
         json.dump({"gateway_worker_processes": 1, "gateway_worker_connections": 64, "gateway_edge_allow": allow,
                    "__crosscheck_plan": plan}, handle)
     # the role's own expression (roles/gateway/tasks/edge.yml)
     edge = "{{ __crosscheck_plan | llmfleet.serving.gateway_edge(gateway_edge_allow, {'keepalive': gateway_upstream_keepalive}) }}"
+    return _render_tree(where, "edge", settings, [{"name": "edge", "ansible.builtin.set_fact": {"__gateway_edge": edge}}], edge_role_files())
+
+
+def _render_tree(where: str, what: str, settings: str, tasks: List[dict], files: List[dict]) -> str:
+    """Render the gateway role's `files` into where/etc as the role does: the role's defaults, then the test's `settings`
+    (a vars file), then `tasks` (the role's own filter expressions), then llmfleet.serving.config_tree, which checks the
+    staging copy with `nginx -t` before it installs; every task must pass. The pid file is moved into the tree so that the
+    test's nginx runs beside the machine's. Returns the tree's root."""
+    root, staging = os.path.join(where, "etc"), os.path.join(where, "staging")
     play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
              "vars_files": [os.path.join(ROOT, "roles", "gateway", "defaults", "main.yml"), settings],
-             "tasks": [{"name": "edge", "ansible.builtin.set_fact": {"__gateway_edge": edge}},
-                       {"name": "render", "llmfleet.serving.config_tree": {
-                           "templates": edge_role_files(), "root": root, "staging": staging,
-                           "validate": ["nginx", "-t", "-q", "-c", "%s/nginx.conf"], "prune": ["llmfleet"], "owner": "root", "group": "root",
-                           "directory_mode": "0700"}}]}]
-    playbook = os.path.join(where, "render-edge.yml")
+             "tasks": list(tasks) + [{"name": "render", "llmfleet.serving.config_tree": {
+                 "templates": files, "root": root, "staging": staging,
+                 "validate": ["nginx", "-t", "-q", "-c", "%s/nginx.conf"], "prune": ["llmfleet"], "owner": "root", "group": "root",
+                 "directory_mode": "0700"}}]}]
+    playbook = os.path.join(where, f"render-{what}.yml")
     with open(playbook, "w", encoding="utf-8") as handle:
         json.dump(play, handle)
     # no other callback on stdout (make molecule enables ansible.posix.timer, which prints after the JSON)
     result = run_ansible("ansible-playbook", playbook, env={"ANSIBLE_CALLBACKS_ENABLED": ""})
-    outcome = task_result(result, "render")
-    assert outcome.get("failed") is not True and not task_result(result, "edge").get("failed"), outcome.get("msg") or outcome
+    for task in tasks + [{"name": "render"}]:
+        outcome = task_result(result, task["name"])
+        assert outcome.get("failed") is not True, outcome.get("msg") or outcome
     conf = os.path.join(root, "nginx.conf")
     with open(conf, encoding="utf-8") as handle:
         text = handle.read()
-    assert "pid /run/nginx.pid;" in text, "the edge's nginx.conf names no pid file the test can move"
+    assert "pid /run/nginx.pid;" in text, f"the {what}'s nginx.conf names no pid file the test can move"
     with open(conf, "w", encoding="utf-8") as handle:
         handle.write(text.replace("pid /run/nginx.pid;", f"pid {root}/nginx.pid;"))
     return root

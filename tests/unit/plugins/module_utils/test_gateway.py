@@ -213,8 +213,13 @@ def test_the_gateway_config_renders_from_the_reference_plans(tmp_path):
     conf = (root / "llmfleet" / "gateway.conf").read_text()
     for up in model["upstreams"]:
         assert f"upstream {up['name']} {{" in conf
-    assert conf.count("least_conn;") == len(model["upstreams"]) == conf.count("keepalive_timeout 4s;")
-    assert "non_idempotent" not in conf.replace("# a refused", "")
+    # each model's upstream, and per server of a model with more than one the upstream without it (the 503's second try)
+    blocks = len(model["upstreams"]) + sum(len(u["servers"]) for u in model["upstreams"] if len(u["servers"]) > 1)
+    assert conf.count("least_conn;") == blocks == conf.count("keepalive_timeout 4s;")
+    for up in model["upstreams"]:
+        for i, server in enumerate(up["servers"] if len(up["servers"]) > 1 else []):
+            assert f'"{server["address"]}" {up["name"]}__not{i};' in conf
+    assert "non_idempotent" not in conf.replace("(no non_idempotent)", "")
     assert "proxy_buffering off;" in conf and 'proxy_set_header Connection "";' in conf
     assert "client_body_in_single_buffer on;" in conf
     for path in gw.ALLOWED_PATHS:

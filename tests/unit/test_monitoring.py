@@ -172,7 +172,7 @@ CASES = {
          {"series": f'up{{job="vllm",served_model="qwen",instance="e1/qwen-1"}}', "values": "1 1 1 1 1 1"}],
         [alert("VllmInstanceDown", "3m", []),    # down 1m: pending, not firing
          alert("VllmInstanceDown", "5m", [(dict(QWEN, job="vllm", instance="e1/qwen-0"), "critical",
-                                             "vLLM instance e1/qwen-0 (qwen) does not answer /metrics")])]),
+                                           "vLLM instance e1/qwen-0 (qwen) does not answer /metrics")])]),
     "kv_cache_new_name": (
         [series("vllm:kv_cache_usage_perc", "e1/qwen-0", "0.95x10"), series("vllm:kv_cache_usage_perc", "e1/qwen-1", "0.5x10")],
         [alert("VllmKvCacheNearlyFull", "4m", []), alert("VllmKvCacheNearlyFull", "6m", [(Q0, "warning", "e1/qwen-0: KV cache 95% full")])]),
@@ -205,8 +205,8 @@ CASES = {
         [alert("VllmErrorRatio", "12m", [(Q0, "warning", "e1/qwen-0: 9.091% of requests end with error")])]),
     "preemptions": (
         [series("vllm:num_preemptions_total", "e1/qwen-0", "0+1x30"), series("vllm:num_preemptions_total", "e1/qwen-1", "3x30")],
-         [alert("VllmPreempting", "10m", []),
-          alert("VllmPreempting", "25m", [(Q0, "warning", "e1/qwen-0: preempts requests (KV cache too small for the load)")])]),
+        [alert("VllmPreempting", "10m", []),
+         alert("VllmPreempting", "25m", [(Q0, "warning", "e1/qwen-0: preempts requests (KV cache too small for the load)")])]),
     "gpu": (
         [{"series": 'DCGM_FI_DEV_GPU_TEMP{job="dcgm",host="e1",gpu="0"}', "values": "90x10"},
          {"series": 'DCGM_FI_DEV_GPU_TEMP{job="dcgm",host="e1",gpu="1"}', "values": "60x10"},
@@ -215,7 +215,7 @@ CASES = {
         [alert("GpuTemperatureHigh", "6m", [({"job": "dcgm", "host": "e1", "gpu": "0"}, "warning", "e1 GPU 0: 90 C")]),
          alert("GpuEccUncorrectable", "1m", []),
          alert("GpuEccUncorrectable", "2m", [({"job": "dcgm", "host": "e1", "gpu": "1"}, "critical",
-                                                  "e1 GPU 1: uncorrectable ECC errors since the driver loaded")])]),
+                                              "e1 GPU 1: uncorrectable ECC errors since the driver loaded")])]),
     "disk": (   # only e1's model mount counts; / filling up on e1 is not this alert's business
         [{"series": 'node_filesystem_avail_bytes{job="node",host="e1",mountpoint="/models"}', "values": "5x20"},
          {"series": 'node_filesystem_size_bytes{job="node",host="e1",mountpoint="/models"}', "values": "100x20"},
@@ -223,21 +223,21 @@ CASES = {
          {"series": 'node_filesystem_size_bytes{job="node",host="e1",mountpoint="/"}', "values": "100x20"}],
         [alert("ModelDiskSpaceLow", "5m", []),
          alert("ModelDiskSpaceLow", "15m", [({"job": "node", "host": "e1", "mountpoint": "/models"}, "warning",
-                                                 "e1: 5% free on /models (the models)")])]),
+                                             "e1: 5% free on /models (the models)")])]),
     "textfile": (   # a file written at t=0 and never again; a second rewritten every minute
         [{"series": 'node_textfile_mtime_seconds{job="node",host="d1",file="hy_smi.prom"}', "values": "0x40"},
          {"series": 'node_textfile_mtime_seconds{job="node",host="d1",file="fresh.prom"}', "values": "0+60x40"},
          {"series": 'node_textfile_scrape_error{job="node",host="d1"}', "values": "0x40"}],
         [alert("NodeTextfileStale", "20m", []),
          alert("NodeTextfileStale", "30m", [({"job": "node", "host": "d1", "file": "hy_smi.prom"}, "warning",
-                                                 "d1: textfile hy_smi.prom not rewritten")]),
+                                             "d1: textfile hy_smi.prom not rewritten")]),
          alert("NodeTextfileError", "30m", [])]),
     "exporter_down": (
         [{"series": 'up{job="node",host="web",instance="web"}', "values": "0x10"},
          {"series": 'up{job="node",host="e1",instance="e1"}', "values": "1x10"},
          {"series": 'up{job="vllm",served_model="qwen",instance="e1/qwen-0"}', "values": "0x10"}],
         [alert("ExporterDown", "6m", [({"job": "node", "host": "web", "instance": "web"}, "warning",
-                                            "node exporter on web does not answer")])]),
+                                       "node exporter on web does not answer")])]),
 }
 
 

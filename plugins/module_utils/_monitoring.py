@@ -141,10 +141,10 @@ def _hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def node_exporter_listen(host: str, addresses: Mapping[str, Any]) -> str:
+def node_exporter_listen(host: str, addresses: Mapping[str, Any], port: int = NODE_EXPORTER_PORT) -> str:
     """Where a host's node exporter listens: its private address (what the monitoring host reaches), else loopback (a host
     without one is reached only from itself)."""
-    return _hostport(_address(host, addresses) or LOOPBACK, NODE_EXPORTER_PORT)
+    return _hostport(_address(host, addresses) or LOOPBACK, int(port))
 
 
 def accelerator_vendors(plan: Mapping[str, Any]) -> List[str]:
@@ -154,13 +154,13 @@ def accelerator_vendors(plan: Mapping[str, Any]) -> List[str]:
 
 
 def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str], monitor_host: str,
-                   addresses: Mapping[str, Any]) -> Dict[str, Any]:
+                   addresses: Mapping[str, Any], node_port: int = NODE_EXPORTER_PORT) -> Dict[str, Any]:
     """What the monitoring host scrapes, as file_sd groups per job ({job: [{targets, labels}]}, every job of JOBS present).
 
     - a vLLM instance on the monitoring host itself: its loopback listener; one elsewhere: its host's edge
       (edge.address:port, path /metrics), which must let in the monitoring host's private address for /metrics
       (`edge_metrics_allow`, per engine host); an instance elsewhere without an edge cannot be reached: `errors`.
-    - a node exporter on every host of `hosts` (node_exporter_listen);
+    - a node exporter on every host of `hosts` (node_exporter_listen, on `node_port`);
     - the accelerator exporter its plan's hardware calls for (ACCELERATOR_EXPORTERS) on the host's private address.
     Labels: host, and for vLLM deployment, served_model, instance (host/instance), engine_version."""
     instances, warnings = plan_instances(plans)
@@ -196,7 +196,7 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
             errors.append(f"{host} has no llmfleet_private_address: its node exporter listens there for the monitoring host "
                           f"{monitor_host}; set it")
             continue
-        files["node"].append({"targets": [node_exporter_listen(host, addresses)], "labels": {"host": host, "instance": host}})
+        files["node"].append({"targets": [node_exporter_listen(host, addresses, node_port)], "labels": {"host": host, "instance": host}})
         for vendor in accelerator_vendors(plans.get(host) or {}):
             exporter = ACCELERATOR_EXPORTERS.get(vendor)
             if exporter is None:

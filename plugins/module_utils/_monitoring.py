@@ -39,7 +39,7 @@ NODE_EXPORTER_PORT = 9100
 # job -> file_sd file name; the configuration lists every job whatever the plans hold, so a plan change never rewrites it
 JOBS = ("vllm", "node", "dcgm", "amd_gpu")
 # the accelerator exporter per vendor (dcgm-exporter :9400, NVIDIA/dcgm-exporter README; ROCm device-metrics-exporter
-# :5000, its docs/configuration); Hygon's hy-smi has no exporter: its numbers reach Prometheus as a node exporter textfile
+# :5000, its configuration documentation); Hygon's hy-smi has no exporter: its numbers reach Prometheus as a node exporter textfile
 ACCELERATOR_EXPORTERS: Dict[str, Dict[str, Any]] = {
     "nvidia": {"job": "dcgm", "port": 9400, "exporter": "dcgm-exporter"},
     "amd": {"job": "amd_gpu", "port": 5000, "exporter": "device-metrics-exporter"},

@@ -322,6 +322,11 @@ PLACEHOLDER = "{…}"
 
 # The fix of each message that does not say it itself, keyed by a stable substring of "<where> <message>".
 FIXES: Dict[str, str] = {
+    "Stop on what Prometheus could not scrape": "Each joined error names the host, the instance and its fix: the monitoring host's or "
+                                                "a host's llmfleet_private_address, or the host Prometheus runs on (llm_monitor; "
+                                                "docs/monitoring.md#which-host-monitors).",
+    "keeps a Grafana variable Prometheus cannot read": "A dashboard query uses a Grafana variable panel_queries does not replace: "
+                                                       "replace it there too (plugins/module_utils/_monitoring.py).",
     "Stop, the new plan did not pass": "The message carries the health gate's own (the engine's log and the likely cause) and says "
                                        "whether the previous version was put back; fix the deployment and run again.",
     "Stop, and what ran before did not come back either": "Read the instance's log (journalctl -u llmfleet-vllm-<instance> or "

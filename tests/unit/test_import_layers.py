@@ -16,7 +16,7 @@ MODULE_UTILS = ROOT / "plugins" / "module_utils"
 ABSOLUTE = "ansible_collections.llmfleet.serving.plugins.module_utils."
 
 # Modules that read plans (the planner's output): the planner may import none of them, directly or through another module.
-PLAN_CONSUMERS = {"_serving", "_gateway", "_fleet_plans", "_host_runtime", "_verify", "_bench", "_rollout", "_webui", "_reach"}
+PLAN_CONSUMERS = {"_serving", "_gateway", "_fleet_plans", "_host_runtime", "_verify", "_bench", "_rollout", "_webui", "_reach", "_monitoring"}
 # The planner's own modules; each of their imports must stay below them (facts, tables, the host's needs) or inside _plan.
 PLANNER = {"_planner"} | {f"_plan.{p.stem}" for p in (MODULE_UTILS / "_plan").glob("*.py") if p.stem != "__init__"} | {"_plan"}
 
@@ -72,6 +72,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_gateway": {"_fleet_plans", "_pooling", "_syntax"},
     "_verify": {"_engine", "_pooling"}, "_reach": {"_verify"}, "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
+    "_monitoring": {"_engine", "_syntax"},
 }
 
 

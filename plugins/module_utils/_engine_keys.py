@@ -21,9 +21,10 @@ accepts two keys, and a rotation runs without a refused request, from 0.11.0 (RO
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from typing import Any, Iterable, List, Mapping, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 from ._engine import EngineError, Version, parse_version, vstr
 
@@ -126,6 +127,49 @@ _READ_BACK = {
              "host's /etc/nginx/llmfleet/engine_auth.inc (`sudo cat` it, the value after Bearer)"),
     "container": "read it with `sudo docker exec {where} printenv VLLM_API_KEY`",
 }
+
+
+def fingerprint(key: str) -> str:
+    """A short, one-way name of a key for messages (sha256, 12 hex digits): never the key."""
+    return hashlib.sha256(str(key).encode()).hexdigest()[:12]
+
+
+def running_keys(lines: Iterable[str]) -> List[Dict[str, str]]:
+    """What each instance of a host runs with, from `<where>:VLLM_API_KEY=<key>` lines (grep -H over the environment
+    files, or a container's name and its environment): [{where, key}]; quotes around the value are the environment
+    file's (systemd EnvironmentFile) and are not part of the key."""
+    out = []
+    for line in lines or []:
+        where, sep, rest = str(line).partition(":VLLM_API_KEY=")
+        if not sep:
+            continue
+        value = rest.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out.append({"where": where, "key": value})
+    return out
+
+
+def wrong_key_stop(key_file: str, host: str, accepted: Sequence[str], running: Iterable[Mapping[str, str]]) -> str:
+    """Why a run must stop before any change when this host's instances run with a key the key file does not hold (a
+    backup of another fleet or an older key restored, a file edited by hand), or '' when every one runs with an
+    accepted key. Rolling the engines onto the file's key would refuse every request the gateway sends with the key they
+    run with until gateway.yml ran. Outside a rotation only (accepted: the key file's, and a rotation's next/previous)."""
+    keys = {str(k) for k in accepted or []}
+    wrong = [r for r in running or [] if str(r.get("key", "")) not in keys]
+    if not wrong:
+        return ""
+    shown = "; ".join(f"{r['where']} (key {fingerprint(r['key'])})" for r in wrong[:4]) + (
+        f" and {len(wrong) - 4} more" if len(wrong) > 4 else "")
+    first = wrong[0]
+    kind = "container" if not first["where"].startswith("/") else holder_kind(first["where"])
+    how = _READ_BACK[kind].format(where=first["where"])
+    file_key = sorted(keys)[0] if len(keys) == 1 else ""
+    return (f"{key_file} does not hold the key the engines on {host} run with, and nothing was changed: {shown}"
+            + (f", the file's is {fingerprint(file_key)}" if file_key else "") + " (sha256, first 12 hex digits). Rolling them onto "
+            "the file's key would refuse every request the gateway sends with the key they run with. Restore the file "
+            f"(docs/day2.md, \"Restoring the engines' key\"): on {host}, {how}, write it, one line, to {key_file} with mode 0600 "
+            "and run again. To move the fleet to a new key, restore the running one first, then run playbooks/rotate_key.yml.")
 
 
 def holder_kind(where: str) -> str:

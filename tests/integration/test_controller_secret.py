@@ -98,6 +98,38 @@ def test_a_missing_key_on_a_fleet_that_runs_with_one_stops_before_any_change(tmp
     assert env.read_text().endswith('VLLM_API_KEY="the-key-the-engine-and-gateway-use-0123"\n')
 
 
+@pytest.mark.parametrize("check", [False, True])
+def test_a_key_file_that_is_not_the_one_the_engines_run_with_stops_before_any_change(tmp_path, check):
+    # another fleet's backup, or an older key, restored: rolling the engines onto it would be a 401 for every request
+    key = tmp_path / "inv" / ".secrets" / "vllm_api_key"
+    key.parent.mkdir(parents=True)
+    key.write_text("restored-by-mistake-0123456789abcdef\n")
+    env = tmp_path / "env" / "tiny-a-0.env"
+    env.parent.mkdir(parents=True)
+    env.write_text('HF_HUB_OFFLINE="1"\nVLLM_API_KEY="the-key-the-engine-and-gateway-use-0123"\n')
+    result = run_instances(tmp_path, *(["--check"] if check else []))
+    text = failure_text(result)
+    assert result["stats"]["localhost"]["failures"] == 1, result["stats"]
+    assert f"{key} does not hold the key the engines on localhost run with, and nothing was changed: {env} (key " in text
+    assert f"sudo grep '^VLLM_API_KEY=' {env}" in text and "playbooks/rotate_key.yml" in text
+    assert "the-key-the-engine" not in json.dumps(result) and "restored-by-mistake" not in json.dumps(result)
+    assert key.read_text() == "restored-by-mistake-0123456789abcdef\n"
+
+
+@pytest.mark.parametrize("beside", [(), (".next",)])
+def test_engines_on_the_files_key_or_during_a_rotation_go_on(tmp_path, beside):
+    key = tmp_path / "inv" / ".secrets" / "vllm_api_key"
+    key.parent.mkdir(parents=True)
+    key.write_text("the-key-the-engine-and-gateway-use-0123\n")
+    for suffix in beside:     # a rotation under way: the engines may run with its next key
+        key.with_name(key.name + suffix).write_text("the-next-key-of-a-rotation-0123456789\n")
+    env = tmp_path / "env" / "tiny-a-0.env"
+    env.parent.mkdir(parents=True)
+    env.write_text(f'VLLM_API_KEY="{"the-next-key-of-a-rotation-0123456789" if beside else "the-key-the-engine-and-gateway-use-0123"}"\n')
+    result = run_instances(tmp_path)
+    assert result["stats"]["localhost"]["failures"] == 0, failure_text(result)
+
+
 def test_a_missing_key_with_serving_hosts_outside_the_run_stops_and_names_them(tmp_path):
     # --limit leaves engine-elsewhere out: it may run with the key, so no new one is made
     result = run_instances(tmp_path, elsewhere=True)

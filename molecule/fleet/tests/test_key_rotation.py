@@ -1,10 +1,12 @@
 """The engines' key on the fleet lab (issue 35): a missing key file on the running fleet stops serve.yml before any
-change, naming where the key is; an engine older than vLLM 0.11.0 refuses a rotation before any key is made; and
+change, naming where the key is, and so does a key file that holds another key than the one the engines run with;
+an engine older than vLLM 0.11.0 refuses a rotation before any key is made; and
 playbooks/rotate_key.yml moves every engine and the gateway from the old key to a new one under a continuous
 streaming load through the gateway with no request refused. The lab serves vLLM 0.31.0 here (test_rolling.py rolls it
 to 0.32.0 later), past the floor. Runs in file order after test_fleet.py and before the other day-2 tests,
 which read the key file again and so use the new key; every instance is left as it was, on the new key."""
 
+import hashlib
 import json
 import re
 import shutil
@@ -14,6 +16,11 @@ from test_rolling import recap_changed, served, started_at, under_load
 
 ENGINES = ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2")
 KEY_FILE = EPHEMERAL / "secrets" / "vllm_api_key"
+
+
+def fingerprint(key):
+    """What the collection's messages name a key by (sha256, 12 hex digits)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def accepts(key):
@@ -37,6 +44,25 @@ def test_a_missing_key_file_stops_serve_before_any_change_and_says_where_the_key
         assert {key: started_at(*key) for key in before} == before, "an instance was restarted"
     finally:
         shutil.move(saved, KEY_FILE)
+
+
+def test_a_key_file_that_is_not_the_running_fleets_stops_serve_before_any_change():
+    # another (valid) key restored by mistake: serve.yml would roll every engine onto it while the gateway sends the old one
+    saved = KEY_FILE.read_text()
+    running = saved.strip()
+    KEY_FILE.write_text("r" * 48 + "\n")
+    try:
+        before = {key: started_at(*key) for key in (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-b-0"))}
+        result = run_playbook("serve.yml")
+        out = result.stdout + result.stderr
+        assert result.returncode != 0, result.stdout[-3000:]
+        assert f"{KEY_FILE} does not hold the key the engines on llmfleet-fleet-engine1 run with, and nothing was changed" in out, out[-3000:]
+        assert f"/etc/llmfleet/vllm/tiny-a-0.env (key {fingerprint(running)})" in out
+        assert f"the file's is {fingerprint('r' * 48)}" in out
+        assert running not in out and "r" * 48 not in out, "a key is printed"
+        assert {key: started_at(*key) for key in before} == before, "an instance was restarted"
+    finally:
+        KEY_FILE.write_text(saved)
 
 
 def test_an_engine_older_than_0_11_refuses_a_rotation_before_any_key_is_made(tmp_path):

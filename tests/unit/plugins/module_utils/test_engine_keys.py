@@ -106,3 +106,33 @@ def test_hosts_out_of_the_run_or_without_an_answer_stop_a_new_key_too():
     assert "Docker did not answer on e2" in k.missing_key_stop("/k", {}, unknown=["e2"])
     # a holder found is the stronger answer
     assert "already runs with the engines' key" in k.missing_key_stop("/k", {"e1": ["/x/a.env"]}, unasked=["e3"])
+
+
+FILE_KEY, OTHER = "f" * 48, "o" * 48
+
+
+def test_running_keys_read_grep_lines_of_env_files_and_containers():
+    lines = [f'/etc/llmfleet/vllm/qwen-0.env:VLLM_API_KEY="{FILE_KEY}"', f"llmfleet-vllm-qwen-1:VLLM_API_KEY={OTHER}",
+             "/etc/llmfleet/vllm/qwen-2.env:OTHER=1", ""]
+    assert k.running_keys(lines) == [{"where": "/etc/llmfleet/vllm/qwen-0.env", "key": FILE_KEY},
+                                     {"where": "llmfleet-vllm-qwen-1", "key": OTHER}]
+
+
+def test_instances_on_the_files_key_or_a_rotations_go_on():
+    running = [{"where": "/etc/llmfleet/vllm/qwen-0.env", "key": FILE_KEY}]
+    assert k.wrong_key_stop("/k", "gpu-01", [FILE_KEY], running) == ""
+    assert k.wrong_key_stop("/k", "gpu-01", [OTHER, FILE_KEY], running) == ""     # a rotation's two keys
+    assert k.wrong_key_stop("/k", "gpu-01", [FILE_KEY], []) == ""                 # nothing runs yet
+
+
+def test_an_instance_on_another_key_stops_the_run_naming_it_by_fingerprint_never_the_key():
+    running = [{"where": "/etc/llmfleet/vllm/qwen-0.env", "key": OTHER}, {"where": "llmfleet-vllm-qwen-1", "key": FILE_KEY}]
+    message = k.wrong_key_stop("/ctl/.secrets/vllm_api_key", "gpu-01", [FILE_KEY], running)
+    assert message.startswith("/ctl/.secrets/vllm_api_key does not hold the key the engines on gpu-01 run with, and nothing was changed")
+    assert f"/etc/llmfleet/vllm/qwen-0.env (key {k.fingerprint(OTHER)})" in message and "qwen-1" not in message
+    assert f"the file's is {k.fingerprint(FILE_KEY)}" in message
+    assert OTHER not in message and FILE_KEY not in message
+    assert "sudo grep '^VLLM_API_KEY=' /etc/llmfleet/vllm/qwen-0.env" in message and "playbooks/rotate_key.yml" in message
+    # a container: how to read it there
+    container = k.wrong_key_stop("/k", "gpu-01", [FILE_KEY], [{"where": "llmfleet-vllm-qwen-1", "key": OTHER}])
+    assert "sudo docker exec llmfleet-vllm-qwen-1 printenv VLLM_API_KEY" in container

@@ -479,9 +479,9 @@ FIXES: Dict[str, str] = {
     "Stop when the secret is missing but still in use": "The caller's message (for the engines' key, the vllm role's): where "
                                                         "the key is in use and how to restore the file; docs/day2.md, "
                                                         "\"Restoring the engines' key\".",
-    "run with a key the key file does not hold": "Restore the key file with the key the engines run with (the message says where "
-                                                   "to read it) and run again; move to a new key with playbooks/rotate_key.yml "
-                                                   "(docs/day2.md#restoring-the-engines-key).",
+    "run with a key the key file does not hold": ("Restore the key file with the key the engines run with (the message says "
+                                                  "where to read it) and run again; move to a new key with playbooks/rotate_key.yml "
+                                                  "(docs/day2.md#restoring-the-engines-key)."),
     "Stop when an engine cannot accept two keys at once": "Roll the instances it names to vLLM 0.11.0 or later "
                                                           "(playbooks/upgrade.yml), then rotate (docs/day2.md).",
     "_engine_keys.py:check_key": "Restore the key file with the key the engines use (docs/day2.md, \"Restoring the engines' "

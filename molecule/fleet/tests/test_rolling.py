@@ -173,7 +173,6 @@ def test_site_yml_rolls_a_flag_change_and_the_rest_of_the_upgrade_and_a_second_r
     print(result.stdout[-2500:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"tiny-a-0: --max-num-seqs \d+ -> 3", result.stdout)      # plan.yml's diff, per instance
-    assert len(re.findall(rf"tiny-[ab]-0: vLLM {OLD} -> {NEW}", result.stdout)) == 2, "engine 2's two instances change version"
     assert result.stdout.count("tiny-a-0 changes: out of the gateway's rotation") == 2
     assert "no other instance: downtime accepted (vllm_allow_downtime)" in result.stdout   # tiny-b has no peer
     assert served(stats), stats

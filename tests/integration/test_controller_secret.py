@@ -79,12 +79,29 @@ def test_a_fresh_fleet_makes_the_engines_key_on_its_first_run(tmp_path):
     assert len(key.read_text().strip()) == 48 and stat.S_IMODE(os.stat(key).st_mode) == 0o600
 
 
+RUNNING_KEY = "the-key-the-engine-and-gateway-use-0123"
+
+
+def instance_running_with(tmp_path, key=RUNNING_KEY):
+    """An instance's environment file (this role's systemd runtime) that holds `key`, as the engine runs with it."""
+    env = tmp_path / "env" / "tiny-a-0.env"
+    env.parent.mkdir(parents=True, exist_ok=True)
+    env.write_text(f'HF_HUB_OFFLINE="1"\nVLLM_API_KEY="{key}"\n')
+    return env
+
+
+def key_file(tmp_path, key):
+    """The controller's key file, holding `key`."""
+    path = tmp_path / "inv" / ".secrets" / "vllm_api_key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(key + "\n")
+    return path
+
+
 @pytest.mark.parametrize("check", [False, True])
 def test_a_missing_key_on_a_fleet_that_runs_with_one_stops_before_any_change(tmp_path, check):
     # the instance's environment file holds the key the engine and the gateway use: a new key would be a 401 for all
-    env = tmp_path / "env" / "tiny-a-0.env"
-    env.parent.mkdir(parents=True)
-    env.write_text('HF_HUB_OFFLINE="1"\nVLLM_API_KEY="the-key-the-engine-and-gateway-use-0123"\n')
+    env = instance_running_with(tmp_path)
     result = run_instances(tmp_path, *(["--check"] if check else []))
     text = failure_text(result)
     assert result["stats"]["localhost"]["failures"] == 1, result["stats"]
@@ -101,12 +118,8 @@ def test_a_missing_key_on_a_fleet_that_runs_with_one_stops_before_any_change(tmp
 @pytest.mark.parametrize("check", [False, True])
 def test_a_key_file_that_is_not_the_one_the_engines_run_with_stops_before_any_change(tmp_path, check):
     # another fleet's backup, or an older key, restored: rolling the engines onto it would be a 401 for every request
-    key = tmp_path / "inv" / ".secrets" / "vllm_api_key"
-    key.parent.mkdir(parents=True)
-    key.write_text("restored-by-mistake-0123456789abcdef\n")
-    env = tmp_path / "env" / "tiny-a-0.env"
-    env.parent.mkdir(parents=True)
-    env.write_text('HF_HUB_OFFLINE="1"\nVLLM_API_KEY="the-key-the-engine-and-gateway-use-0123"\n')
+    key = key_file(tmp_path, "restored-by-mistake-0123456789abcdef")
+    env = instance_running_with(tmp_path)
     result = run_instances(tmp_path, *(["--check"] if check else []))
     text = failure_text(result)
     assert result["stats"]["localhost"]["failures"] == 1, result["stats"]
@@ -118,14 +131,10 @@ def test_a_key_file_that_is_not_the_one_the_engines_run_with_stops_before_any_ch
 
 @pytest.mark.parametrize("beside", [(), (".next",)])
 def test_engines_on_the_files_key_or_during_a_rotation_go_on(tmp_path, beside):
-    key = tmp_path / "inv" / ".secrets" / "vllm_api_key"
-    key.parent.mkdir(parents=True)
-    key.write_text("the-key-the-engine-and-gateway-use-0123\n")
+    key = key_file(tmp_path, RUNNING_KEY)
     for suffix in beside:     # a rotation under way: the engines may run with its next key
         key.with_name(key.name + suffix).write_text("the-next-key-of-a-rotation-0123456789\n")
-    env = tmp_path / "env" / "tiny-a-0.env"
-    env.parent.mkdir(parents=True)
-    env.write_text(f'VLLM_API_KEY="{"the-next-key-of-a-rotation-0123456789" if beside else "the-key-the-engine-and-gateway-use-0123"}"\n')
+    instance_running_with(tmp_path, "the-next-key-of-a-rotation-0123456789" if beside else RUNNING_KEY)
     result = run_instances(tmp_path)
     assert result["stats"]["localhost"]["failures"] == 0, failure_text(result)
 

@@ -32,8 +32,12 @@ NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 FIXTURE = pathlib.Path(ROOT) / "tests" / "fixtures" / "monitoring" / "vllm-0.32.0-metrics.txt"
 GROWING = re.compile(r"^(vllm:\S+?(?:_total|_bucket|_count|_sum)(?:\{[^}]*\})?) (\S+)$")
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None or NODE_EXPORTER is None,
-                                reason="needs Debian's prometheus and prometheus-node-exporter packages")
+
+@pytest.fixture(autouse=True)
+def packages_installed():
+    """Not a skip: `make integration` installs them, so a missing one is a harness fault, said as such."""
+    assert PROMETHEUS and NODE_EXPORTER, ("prometheus or prometheus-node-exporter is not installed: run `make integration` "
+                                          "(tests/host-packages.sh prometheus prometheus-node-exporter)")
 
 
 class Engine(http.server.BaseHTTPRequestHandler):

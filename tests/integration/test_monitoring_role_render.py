@@ -15,7 +15,11 @@ import yaml
 
 from llmfleet_testing import run_ansible, task_result
 
-pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian's prometheus package)")
+
+@pytest.fixture(autouse=True)
+def promtool_installed():
+    """Not a skip: `make integration` installs Debian's prometheus (it has promtool)."""
+    assert shutil.which("promtool"), "promtool is not installed: run `make integration` (tests/host-packages.sh prometheus)"
 
 
 def plan(host, instances, edge=None):

@@ -44,6 +44,8 @@ for stage in "$@"; do
     done
     failed=()
     for part in "${parts[@]}"; do
+      # the part's own exit status is in its times file (written by its subshell); one that died before writing it
+      # counts as failed
       wait "${pids[$part]}" || true
       read -r rc took < "$times/$part" || { rc=1; took=0; }
       rows+=("$(printf '%-20s %5d s (side by side)' "$part" "$took")")

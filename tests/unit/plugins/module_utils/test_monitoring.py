@@ -15,7 +15,15 @@ import yaml
 from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as m
 
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian's prometheus package has it)")
+
+
+@pytest.fixture()
+def promtool_installed():
+    """Not a skip: `make units` installs Debian's prometheus (it has promtool)."""
+    assert PROMTOOL, "promtool is not installed: run `make units` (tests/host-packages.sh prometheus)"
+
+
+needs_promtool = pytest.mark.usefixtures("promtool_installed")
 
 NVIDIA = {"accelerators": [{"index": 0, "vendor": "nvidia", "model": "H200", "arch": "sm90", "memory_mib": 143771}]}
 

@@ -37,8 +37,8 @@ def gateway_addresses(gateway_hosts, hostvars):
     return _call(gw.gateway_addresses, list(gateway_hosts), addresses)
 
 
-def gateway_edge(plan, allow, options=None):
-    return _call(gw.edge_model, plan, list(allow or []), dict(options or {}))
+def gateway_edge(plan, allow, options=None, metrics_allow=None):
+    return _call(gw.edge_model, plan, list(allow or []), dict(options or {}), list(metrics_allow or []))
 
 
 def gateway_client_policy(options):

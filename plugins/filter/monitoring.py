@@ -1,13 +1,20 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters for the monitoring role over module_utils/_monitoring: monitoring_targets (what Prometheus scrapes, from the plans),
-monitoring_config (prometheus.yml), monitoring_rules (the alert rules), monitoring_dashboards (Grafana JSON) and
-monitoring_node_listen (where a host's node exporter listens); docs in the sidecar YAML files."""
+monitoring_config (prometheus.yml), monitoring_rules (the alert rules), monitoring_dashboards (Grafana JSON),
+monitoring_node_listen (where a host's node exporter listens), monitoring_host (which host runs Prometheus) and
+monitoring_edge_allow (who an edge lets read /metrics); docs in the sidecar YAML files."""
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as m
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import FLEET_VARS
 from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
+
+
+ON = FLEET_VARS["llmfleet_monitoring"].default
 
 
 def _call(func, *args, **kwargs):
@@ -45,7 +52,21 @@ def monitoring_node_listen(host, hostvars, port=m.NODE_EXPORTER_PORT):
     return _call(m.node_exporter_listen, str(host), _addresses([host], hostvars), int(port))
 
 
+def monitoring_host(groups):
+    return _call(m.monitor_host, dict(groups or {})) or ""
+
+
+def monitoring_edge_allow(groups, hostvars):
+    groups = dict(groups or {})
+    host = m.monitor_host(groups)
+    # a monitoring host with llmfleet_monitoring false runs no Prometheus: no edge serves it /metrics
+    if host and host in hostvars and not boolean(hostvars[host].get("llmfleet_monitoring", ON), strict=False):
+        return []
+    return _call(m.edge_metrics_allow, groups, _addresses([host] if host else [], hostvars))
+
+
 class FilterModule:
     def filters(self):
         return {"monitoring_targets": monitoring_targets, "monitoring_config": monitoring_config, "monitoring_rules": monitoring_rules,
-                "monitoring_dashboards": monitoring_dashboards, "monitoring_node_listen": monitoring_node_listen}
+                "monitoring_dashboards": monitoring_dashboards, "monitoring_node_listen": monitoring_node_listen,
+                "monitoring_host": monitoring_host, "monitoring_edge_allow": monitoring_edge_allow}

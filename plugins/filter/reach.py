@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import FLEET_VARS
+from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as mon
 from ansible_collections.llmfleet.serving.plugins.module_utils import _reach as r
 
 
@@ -27,6 +31,16 @@ def _gateways(groups, hostvars):
         gateways.append(r.gateway_entry(host, url, _var(hostvars, host, "gateway_api_keys", []) or [],
                                         _var(hostvars, host, "llmfleet_reach_key_name"), _var(hostvars, host, "llmfleet_reach_key_file")))
     return gateways
+
+
+def _monitoring(groups, hostvars):
+    """Where playbooks/monitoring.yml put Prometheus (its listen address) and the dashboards; None without a monitoring host."""
+    host = mon.monitor_host(dict(groups or {}))
+    if not host or not boolean(_var(hostvars, host, "llmfleet_monitoring", FLEET_VARS["llmfleet_monitoring"].default), strict=False):
+        return None
+    return {"host": host, "listen": _var(hostvars, host, "monitoring_prometheus_listen", mon.PROMETHEUS_LISTEN),
+            "dashboards": _var(hostvars, host, "monitoring_dashboards_dir", None) or os.path.join(os.environ.get("PWD", os.getcwd()),
+                                                                                               "dashboards")}
 
 
 def _guard(name, func):
@@ -55,7 +69,7 @@ def fleet_reach(plans, groups, hostvars, answers=None, folder=None):
         webuis = [{"host": h, "url": _var(hostvars, h, "webui_public_url", ""), "email": _var(hostvars, h, "webui_admin_email", ""),
                    "password_file": _var(hostvars, h, "llmfleet_reach_password_file")}
                   for h in groups.get("llm_webui") or [] if _var(hostvars, h, "llmfleet_webui", FLEET_VARS["llmfleet_webui"].default)]
-        return r.lines(dict(plans or {}), gateways, webuis, list(answers or []), folder)
+        return r.lines(dict(plans or {}), gateways, webuis, list(answers or []), folder, _monitoring(groups, hostvars))
     return _guard("fleet_reach", make)
 
 

@@ -64,6 +64,8 @@ FLEET_VARS: Dict[str, FleetVar] = {
     "llmfleet_break_lock": FleetVar("true (`-e` only): take the fleet's run lock whoever holds it, after checking that the run "
                                     "it names has ended (docs/day2.md).", default=False),
     "llmfleet_webui": FleetVar("false: webui.yml sets up no web UI on this host.", default=True),
+    "llmfleet_monitoring": FleetVar("false: monitoring.yml sets up nothing on this host (no node exporter; on the monitoring "
+                                    "host no Prometheus, and no edge serves it /metrics).", default=True),
     # plan options
     "llmfleet_vllm_base_port": FleetVar("Where new instances' ports start (plan option `base_port`); an instance keeps the port "
                                         "it has in the plan in force (docs/day2.md, Ports).", default=8002),

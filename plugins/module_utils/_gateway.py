@@ -36,6 +36,8 @@ from ._syntax import nginx_word, served_name
 # route it did not register), so the client sees the engine's reason, not the gateway's
 ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions") + POOLING_PATHS
 ALLOWED_PATHS = ROUTED_PATHS + ("/v1/models", "/health")
+# vLLM's Prometheus endpoint: an edge serves it to the monitoring host only (edge_model's metrics_allow); the gateway never
+METRICS_PATH = "/metrics"
 LOOPBACK = "127.0.0.1"
 # uvicorn's default keep-alive is 5 s (uvicorn/config.py timeout_keep_alive=5): stay below it
 UPSTREAM_KEEPALIVE_TIMEOUT = "4s"
@@ -263,9 +265,22 @@ def retry_upstreams(name: str, servers: Sequence[Mapping[str, Any]]) -> List[Dic
             for i, s in enumerate(servers)]
 
 
-def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+def _networks(name: str, items: Sequence[str]) -> List[str]:
+    checked = []
+    for item in items:
+        try:
+            checked.append(str(ipaddress.ip_network(str(item), strict=False)))
+        except ValueError as exc:
+            raise GatewayError(f"{name}: {item!r} is not an address or network") from exc
+    return sorted(set(checked))
+
+
+def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[Mapping[str, Any]] = None,
+               metrics_allow: Sequence[str] = ()) -> Dict[str, Any]:
     """This engine host's edge: one server per instance with an edge (listen edge.address:port, proxy to
-    127.0.0.1:port), reachable from `allow` only, with the gateway's path allow-list."""
+    127.0.0.1:port), reachable from `allow` only, with the gateway's path allow-list; and vLLM's /metrics, which its
+    --api-key does not guard, for `metrics_allow` only (the monitoring host), never for `allow`'s other addresses.
+    `metrics_only` is what of `metrics_allow` no network of `allow` holds: those connect, and get /metrics and 403."""
     opts = dict(DEFAULTS, **(options or {}))
     servers = []
     for _dep, inst in _instances(plan):
@@ -277,18 +292,18 @@ def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[
                         "backend": f"{inst.get('bind_address') or LOOPBACK}:{int(inst['port'])}",
                         "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT})
     if not servers:   # the gateway shares this host, or nothing is planned: no edge, whatever `allow` says
-        return {"servers": [], "allow": [], "paths": list(ALLOWED_PATHS)}
+        return {"servers": [], "allow": [], "metrics_allow": [], "metrics_only": [], "paths": list(ALLOWED_PATHS)}
     if not allow:
         raise GatewayError(f"{plan.get('host')}: its instances have an edge ({', '.join(s['listen'] for s in servers)}) but there is "
                            "no gateway address to allow: put a host in llm_gateway (with llmfleet_private_address), or set "
                            "gateway_edge_allow")
-    checked = []
-    for item in allow:
-        try:
-            checked.append(str(ipaddress.ip_network(str(item), strict=False)))
-        except ValueError as exc:
-            raise GatewayError(f"gateway_edge_allow: {item!r} is not an address or network") from exc
-    return {"servers": servers, "allow": sorted(set(checked)), "paths": list(ALLOWED_PATHS)}
+    checked = _networks("gateway_edge_allow", allow)
+    metrics = _networks("gateway_edge_metrics_allow", metrics_allow)
+    nets = [ipaddress.ip_network(a) for a in checked]
+    only = [m for m in metrics if not any(n.version == ipaddress.ip_network(m).version and ipaddress.ip_network(m).subnet_of(n)
+                                          for n in nets)]
+    return {"servers": servers, "allow": checked, "metrics_allow": metrics, "metrics_only": only,
+            "paths": list(ALLOWED_PATHS), "metrics_path": METRICS_PATH}
 
 
 def local_url(listen: Sequence[str], address: Optional[str] = None) -> str:

@@ -35,9 +35,13 @@ from ._syntax import served_name
 
 LOOPBACK = "127.0.0.1"
 METRICS_PATH = "/metrics"
+# where Prometheus listens by default (roles/monitoring/defaults monitoring_prometheus_listen says the same)
+PROMETHEUS_LISTEN = "127.0.0.1:9090"
 NODE_EXPORTER_PORT = 9100
 # job -> file_sd file name; the configuration lists every job whatever the plans hold, so a plan change never rewrites it
 JOBS = ("vllm", "node", "dcgm", "amd_gpu")
+# where Prometheus runs: the first host of the first of these groups that has one
+MONITOR_GROUPS = ("llm_monitor", "llm_gateway")
 # the accelerator exporter per vendor (dcgm-exporter :9400, NVIDIA/dcgm-exporter README; ROCm device-metrics-exporter
 # :5000, its configuration documentation); Hygon's hy-smi has no exporter: its numbers reach Prometheus as a node exporter textfile
 ACCELERATOR_EXPORTERS: Dict[str, Dict[str, Any]] = {
@@ -135,6 +139,25 @@ def _address(host: str, addresses: Mapping[str, Any]) -> Optional[str]:
         return str(ipaddress.ip_address(str(text).strip()))
     except ValueError as exc:
         raise MonitoringError(f"{host}: llmfleet_private_address={text!r} is not an IP address") from exc
+
+
+def monitor_host(groups: Mapping[str, Any]) -> Optional[str]:
+    """The monitoring host: the first host of llm_monitor, else of llm_gateway (a small fleet's gateway already reaches every
+    engine host's edge); None when the inventory has neither. playbooks/monitoring.yml runs Prometheus there and every edge
+    lets that host's private address read /metrics (edge_metrics_allow): one answer for both."""
+    for group in MONITOR_GROUPS:
+        hosts = list(groups.get(group) or [])
+        if hosts:
+            return str(hosts[0])
+    return None
+
+
+def edge_metrics_allow(groups: Mapping[str, Any], addresses: Mapping[str, Any]) -> List[str]:
+    """Who an engine host's edge lets read /metrics: the monitoring host's llmfleet_private_address, and no one else. [] when
+    there is no monitoring host, or it has no private address (scrape_targets then stops the monitoring role, naming it)."""
+    host = monitor_host(groups)
+    address = _address(host, addresses) if host else None
+    return [address] if address else []
 
 
 def _hostport(address: str, port: int) -> str:

@@ -102,10 +102,12 @@ def _key_word(gw: Mapping[str, Any]) -> str:
 
 
 def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str, Any]],
-          webuis: Sequence[Mapping[str, Any]], answers: Sequence[str] = (), folder: Optional[str] = None) -> List[str]:
+          webuis: Sequence[Mapping[str, Any]], answers: Sequence[str] = (), folder: Optional[str] = None,
+          monitoring: Optional[Mapping[str, Any]] = None) -> List[str]:
     """The closing summary. gateways: {host, url, key_name, key_file (optional: a controller file holding the
     key)}; webuis: {host, url, email, password_file (optional)}; answers: verify_answers' lines; folder: where
-    scripts() wrote the try-scripts (their `sh` command is offered too)."""
+    scripts() wrote the try-scripts (their `sh` command is offered too); monitoring: {host, listen, dashboards} where
+    Prometheus listens on its host and the folder of the Grafana dashboards on this controller."""
     rows = instance_rows(plans)
     models = sorted({r[2] for r in rows})
     chat = chat_models(plans)
@@ -134,8 +136,23 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
             continue
         where = f"password in {ui['password_file']}" if ui.get("password_file") else "password: webui_admin_password (your vault)"
         out.append(f"Open WebUI on {ui['host']}: {ui['url']}  login {ui.get('email') or '(webui_admin_email)'}, {where}")
+    if monitoring:
+        out += monitoring_lines(monitoring)
     out += list(answers)
     return out
+
+
+def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
+    """Where Prometheus and its alerts are, and the dashboards: a loopback listener is reached through an SSH tunnel."""
+    host, listen = str(monitoring["host"]), str(monitoring["listen"])
+    address, _sep, port = listen.rpartition(":")
+    if address.strip("[]") in ("127.0.0.1", "::1", "localhost"):
+        where = (f"on loopback there: ssh -N -L {port}:{listen} {host}, then http://127.0.0.1:{port}/alerts "
+                 "(no credential: keep it there)")
+    else:
+        where = f"http://{listen}/alerts (no credential: a private address only)"
+    return [f"Prometheus on {host}: {listen} scrapes every instance and host; alerts {where}",
+            f"  Grafana dashboards: {monitoring['dashboards']}/llmfleet-*.json on this controller (import them into your Grafana)"]
 
 
 def gateway_entry(host: str, url: str, keys: Sequence[Mapping[str, Any]], key_name: Optional[str] = None,

@@ -270,11 +270,14 @@ def test_edges_answer_only_the_gateway_and_only_the_allow_listed_paths():
         edge = f"http://{ADDRESS[hostname]}:{inst['port']}"
         assert curl_in("llmfleet-fleet-gateway", edge + "/v1/models", key=key) == 200
         assert curl_in("llmfleet-fleet-gateway", edge + "/health") == 200
-        for path in ("/invocations", "/tokenize", "/metrics", "/pause", "/scale_elastic_ep", "/version", "//metrics",
-                     "/v1/../tokenize", "/v1/%2e%2e/invocations"):
+        for path in ("/invocations", "/tokenize", "/pause", "/scale_elastic_ep", "/version", "/v1/../tokenize",
+                     "/v1/%2e%2e/invocations", "/metrics/", "/metrics/../tokenize"):
             assert curl_in("llmfleet-fleet-gateway", edge + path, key=key, body={"model": "tiny-a"}) == 404, (edge, path)
+        # the gateway host is the lab's monitoring host too: it reads vLLM's /metrics (any spelling), no key needed
+        for path in ("/metrics", "//metrics", "/v1/../metrics"):
+            assert curl_in("llmfleet-fleet-gateway", edge + path) == 200, (edge, path)
         neighbour = "llmfleet-fleet-engine2" if hostname == "llmfleet-fleet-engine1" else "llmfleet-fleet-engine1"
-        for path in ("/v1/models", "/health", "/invocations"):
+        for path in ("/v1/models", "/health", "/invocations", "/metrics"):
             assert curl_in(neighbour, edge + path, key=key) == 403, (neighbour, edge, path)
 
 
@@ -434,10 +437,21 @@ def test_verify_names_a_stopped_instance_and_the_error():
         assert f"tiny-b / {inst['name']} on llmfleet-fleet-engine2 (instance): listed: no answer ([Errno 111] Connection refused)" in out
         # its only instance is not running: the edge answers 503 (nothing reached it) and no other instance can take it
         assert "tiny-b / gateway on llmfleet-fleet-gateway (gateway): chat: HTTP 503" in out
+        # and Prometheus on the gateway host fires its alert: the lab's rule holds 15 s (monitoring_alert_for), scraped
+        # and evaluated every 5 s, so it fires within about 25 s of the stop; 90 s allowed
+        import test_monitoring   # noqa: PLC0415 (it imports this module)
+        firing = test_monitoring.wait_for("VllmInstanceDown firing", lambda: test_monitoring.alert(
+            "VllmInstanceDown", f"llmfleet-fleet-engine2/{inst['name']}"), 90)
+        print(f"[monitoring] {firing['labels']['alertname']} {firing['state']} since {firing['activeAt']}: "
+              f"{firing['annotations'].get('summary')}")
     finally:
         engine.run(f"systemctl start {unit}")
         code = f"for i in $(seq 1 90); do curl -sf -o /dev/null http://127.0.0.1:{inst['port']}/health && exit 0; sleep 2; done; exit 1"
         assert engine.run(code).rc == 0, f"{unit} did not come back"
+    # back up: the alert is gone (resolved at the first evaluation that scrapes it up)
+    import test_monitoring   # noqa: PLC0415
+    test_monitoring.wait_for("VllmInstanceDown resolved", lambda: test_monitoring.alert(
+        "VllmInstanceDown", f"llmfleet-fleet-engine2/{inst['name']}", state=None) is None, 60)
 
 
 # bench.yml: tiny-b only (the gateway and its one instance), two steps, short requests - the sweep, the report

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shlex
 import subprocess
 
 import pytest
+import yaml
 
 from ansible_collections.llmfleet.serving.plugins.filter import reach as reach_filter
+from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as mon
 from ansible_collections.llmfleet.serving.plugins.module_utils import _reach as r
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 PLANS = {"e2": {"host": "e2", "deployments": [{"name": "smollm2", "engine_version": "0.32.0", "instances": [
     {"name": "smollm2-0", "port": 8002, "served_model_name": "smollm2",
@@ -66,6 +71,29 @@ def test_the_filter_reads_the_inventory_values():
     text = "\n".join(out)
     assert "Gateway on g: http://172.30.78.10/v1" in text and "off" not in text
     assert "password: webui_admin_password (your vault)" in text
+
+
+def test_the_summary_says_where_prometheus_and_the_dashboards_are(monkeypatch):
+    hostvars = {"g": {"llmfleet_private_address": "172.30.78.10", "gateway_listen": ["80"], "gateway_api_keys": KEYS},
+                "ops": {"monitoring_prometheus_listen": "10.0.0.5:9090", "monitoring_dashboards_dir": "/srv/dash"}}
+    monkeypatch.setenv("PWD", "/work/fleet")
+    # a small fleet: Prometheus on the gateway host, on loopback (the role's default), reached through a tunnel
+    text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"]}, hostvars))
+    assert "Prometheus on g: 127.0.0.1:9090 scrapes every instance and host; alerts on loopback there: ssh -N -L " \
+           "9090:127.0.0.1:9090 g, then http://127.0.0.1:9090/alerts" in text
+    assert "Grafana dashboards: /work/fleet/dashboards/llmfleet-*.json on this controller" in text
+    # llm_monitor wins, with its own listen address and folder
+    text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
+    assert "Prometheus on ops: 10.0.0.5:9090 scrapes every instance and host; alerts http://10.0.0.5:9090/alerts" in text
+    assert "/srv/dash/llmfleet-*.json" in text
+    # monitoring turned off on the monitoring host: nothing said
+    hostvars["g"]["llmfleet_monitoring"] = "false"
+    assert "Prometheus" not in "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"]}, hostvars))
+
+
+def test_the_prometheus_listen_default_is_the_roles():
+    defaults = yaml.safe_load((ROOT / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
+    assert defaults["monitoring_prometheus_listen"] == mon.PROMETHEUS_LISTEN
 
 
 def test_the_try_script_holds_the_printed_curl_and_no_key(tmp_path):

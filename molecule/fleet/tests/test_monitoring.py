@@ -1,0 +1,177 @@
+"""Monitoring on the fleet lab (issue 36): Prometheus from Debian's package on the gateway host (a small fleet's monitoring
+host), at its private address 172.30.77.10:9090 (molecule.yml), scraping the real vLLM CPU instances through their edges
+and the node exporter of every host; the dashboards monitoring.yml wrote on the controller; the token counters against
+what the client received; a screenshot of Prometheus's graph page in Debian's chromium. The instance-down alert is
+checked where an instance is stopped anyway (test_fleet.py, test_verify_names_a_stopped_instance_and_the_error).
+
+Runs in file order after test_load_faults.py (the lab is back to its plan) and before test_rolling.py."""
+
+import json
+import os
+import pathlib
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+from test_fleet import ADDRESS, EPHEMERAL, LOAD_KEY, instances, request
+
+sys.path.insert(0, os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":")[0])
+from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as mon  # noqa: E402
+
+PROMETHEUS = "http://172.30.77.10:9090"
+ARTIFACTS = pathlib.Path(__file__).resolve().parents[3] / "tests" / "output" / "monitoring"
+CHROMIUM = "/usr/lib/chromium/chromium"   # Debian's package, as tests/tools/webui_chat.py
+
+
+def api(path, **params):
+    url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        body = json.loads(resp.read().decode())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def query(expr):
+    return api("/api/v1/query", query=expr)["result"]
+
+
+def wait_for(what, check, timeout=90):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(2)
+
+
+def alert(name, instance, state="firing"):
+    """The alert `name` for `instance` (host/instance label) in `state` (None: pending or firing), or None (Prometheus's
+    /api/v1/alerts lists the active ones)."""
+    for item in api("/api/v1/alerts")["alerts"]:
+        if item["labels"].get("alertname") == name and item["labels"].get("instance") == instance and state in (None, item["state"]):
+            return item
+    return None
+
+
+def test_prometheus_scrapes_every_instance_through_its_edge_and_every_host():
+    def targets():
+        active = api("/api/v1/targets", state="active")["activeTargets"]
+        healthy = {(t["labels"]["job"], t["labels"]["instance"]): t for t in active if t["health"] == "up"}
+        return healthy if len(healthy) >= len(instances()) + 3 else None
+    up = wait_for("every target up", targets)
+    for hostname, inst in instances():
+        target = up[("vllm", f"{hostname}/{inst['name']}")]
+        # through the engine host's edge (the gateway host is not an engine host): its private address and edge port
+        assert target["scrapeUrl"] == f"http://{ADDRESS[hostname]}:{inst['edge']['port']}/metrics", target
+        assert target["labels"]["served_model"] == inst["served_model_name"]
+    for hostname, address in ADDRESS.items():
+        assert up[("node", hostname)]["scrapeUrl"] == f"http://{address}:9100/metrics"
+    print(f"[monitoring] {len(up)} targets up: {sorted(up)}")
+
+
+def usage_of(model, stream):
+    body = {"model": model, "messages": [{"role": "user", "content": f"Count to {7 if stream else 5}"}],
+            "max_tokens": 12, "temperature": 0}
+    if not stream:
+        status, text = request("/v1/chat/completions", body)
+        assert status == 200, text
+        return json.loads(text)["usage"]
+    body.update(stream=True, stream_options={"include_usage": True})
+    req = urllib.request.Request("http://172.30.77.10/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {LOAD_KEY}", "Content-Type": "application/json"})
+    usage = None
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("data: {"):
+                usage = json.loads(line[6:]).get("usage") or usage
+    assert usage, "the stream's last chunk carries usage (stream_options.include_usage)"
+    return usage
+
+
+def counters():
+    """{(model, counter): value} summed over every instance, as Prometheus last scraped them, and the oldest sample's time."""
+    out, oldest = {}, None
+    for counter in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total"):
+        for series in query(f'sum by (model_name) ({counter}{{job="vllm"}})'):
+            out[(series["metric"]["model_name"], counter)] = float(series["value"][1])
+        for series in query(f'timestamp({counter}{{job="vllm"}})'):
+            stamp = float(series["value"][1])
+            oldest = stamp if oldest is None else min(oldest, stamp)
+    return out, oldest
+
+
+def settled_after(moment):
+    """counters() once every instance's series was scraped after `moment`."""
+    return wait_for("a scrape after the load", lambda: (lambda got: got if got[1] and got[1] > moment else None)(counters()), 60)[0]
+
+
+def test_vllms_token_counters_agree_with_what_the_client_received():
+    """A load of known size through the gateway (non-streamed and streamed, both models): the increase of vLLM's own
+    counters, read from Prometheus, equals the sum of the `usage` the client received, exactly. Nothing else sends
+    tokens to the lab's engines while this runs (the web UI's title and tag generation are off); a counter reset (an
+    engine restarted) would show as a negative increase and fail."""
+    before = settled_after(time.time())
+    sent = {}
+    for model in ("tiny-a", "tiny-b"):
+        for n in range(4):
+            usage = usage_of(model, stream=bool(n % 2))
+            got = sent.setdefault(model, {"prompt": 0, "completion": 0, "requests": 0})
+            got["prompt"] += usage["prompt_tokens"]
+            got["completion"] += usage["completion_tokens"]
+            got["requests"] += 1
+    after = settled_after(time.time())
+    for model, got in sent.items():
+        seen = {name: after[(model, counter)] - before.get((model, counter), 0.0) for name, counter in
+                (("prompt", "vllm:prompt_tokens_total"), ("completion", "vllm:generation_tokens_total"),
+                 ("requests", "vllm:request_success_total"))}
+        print(f"[monitoring] {model}: the client received {got}, vLLM's counters rose by {seen}")
+        assert seen == {k: float(v) for k, v in got.items()}, (model, got, seen)
+
+
+def test_every_dashboard_query_returns_data_from_the_labs_prometheus():
+    folder = EPHEMERAL / "dashboards"
+    boards = sorted(folder.glob("llmfleet-*.json"))
+    assert [b.name for b in boards] == ["llmfleet-model-tiny-a.json", "llmfleet-model-tiny-b.json", "llmfleet-overview.json"]
+    empty, count = [], 0
+    for board in boards:
+        for title, expr in mon.panel_queries(json.loads(board.read_text()), "1m"):
+            count += 1
+            if not query(expr):
+                empty.append((board.name, title, expr))
+    print(f"[monitoring] {count} panel queries of {len(boards)} dashboards, {count - len(empty)} returned data")
+    assert not empty, f"panels without data on the lab: {empty}"
+
+
+def test_every_alert_rule_is_loaded_and_none_fires_on_a_healthy_lab():
+    groups = api("/api/v1/rules")["groups"]
+    names = {g["name"] for g in groups}
+    assert names == {"llmfleet-fleet", "llmfleet-deployment-tiny-a", "llmfleet-deployment-tiny-b"}, names
+    rules = [r for g in groups for r in g["rules"]]
+    assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
+    firing = [a["labels"] for a in api("/api/v1/alerts")["alerts"] if a["state"] == "firing"]
+    print(f"[monitoring] {len(rules)} rules loaded, healthy; firing now: {firing}")
+    assert not firing
+
+
+def test_a_screenshot_of_prometheus_graph_page_with_the_kv_cache_and_token_series():
+    from playwright import sync_api   # requirements.txt; a missing package must fail, not skip
+    assert pathlib.Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: install Debian's chromium"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "prometheus-graph.png"
+    params = {"g0.expr": "vllm:kv_cache_usage_perc", "g0.tab": "0", "g0.range_input": "15m",
+              "g1.expr": "sum by (model_name) (rate(vllm:generation_tokens_total[1m]))", "g1.tab": "0", "g1.range_input": "15m"}
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page.goto(f"{PROMETHEUS}/graph?{urllib.parse.urlencode(params)}", timeout=60000)
+        # Prometheus 2.42's graph tab draws each panel's series on a canvas (flot) once the range query answered
+        page.wait_for_function("document.querySelectorAll('canvas').length >= 2", timeout=60000)
+        page.wait_for_timeout(2000)
+        errors = [e.inner_text() for e in page.query_selector_all(".alert-danger")]
+        text = page.inner_text("body")
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    print(f"[monitoring] screenshot {shot} ({shot.stat().st_size} bytes); errors shown: {errors}")
+    assert not errors and "vllm:kv_cache_usage_perc" in text, (errors, text[:2000])

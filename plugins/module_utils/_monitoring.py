@@ -103,6 +103,16 @@ def _duration(name: str, value: Any) -> str:
     return text
 
 
+DURATION_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+
+
+def _seconds(text: str) -> float:
+    """A checked Prometheus duration in seconds (DURATION's groups are in DURATION_UNITS' order)."""
+    match = DURATION.match(text)
+    assert match is not None
+    return sum(float(group[:-len(unit)]) * factor for group, (unit, factor) in zip(match.groups(), DURATION_UNITS) if group)
+
+
 def plan_instances(plans: Mapping[str, Mapping[str, Any]]) -> Tuple[List[Instance], List[str]]:
     """Every instance of every plan without errors, sorted by host and name; and a warning per plan with errors (its host
     runs nothing the plan would start, so nothing of it is scraped but its host exporter)."""
@@ -235,11 +245,20 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
 
 def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """prometheus.yml: one scrape job per JOBS entry reading <targets_dir>/<job>.json (file_sd), Prometheus itself at its
-    `self` address, the rule files. It depends on no plan: a plan change rewrites only the target and rule files."""
-    opts = dict({"scrape_interval": "15s", "evaluation_interval": "15s", "scrape_timeout": "10s", "self": "127.0.0.1:9090",
+    `self` address, the rule files. It depends on no plan: a plan change rewrites only the target and rule files.
+    The scrape timeout is Prometheus's own default when none is given: 10s, or the scrape interval when that is shorter
+    (Prometheus refuses a global timeout over the interval: "global scrape timeout greater than scrape interval",
+    config/config.go GlobalConfig.UnmarshalYAML)."""
+    opts = dict({"scrape_interval": "15s", "evaluation_interval": "15s", "scrape_timeout": None, "self": PROMETHEUS_LISTEN,
                  "refresh_interval": "1m"}, **(options or {}))
+    if not opts["scrape_timeout"]:
+        interval = _duration("monitoring option scrape_interval", opts["scrape_interval"])
+        opts["scrape_timeout"] = interval if _seconds(interval) < 10 else "10s"
     for key in ("scrape_interval", "evaluation_interval", "scrape_timeout", "refresh_interval"):
         _duration(f"monitoring option {key}", opts[key])
+    if _seconds(str(opts["scrape_timeout"]).strip()) > _seconds(str(opts["scrape_interval"]).strip()):
+        raise MonitoringError(f"scrape_timeout={opts['scrape_timeout']} is longer than scrape_interval={opts['scrape_interval']}: "
+                              "Prometheus refuses it; make the timeout at most the interval")
     if not str(targets_dir).startswith("/"):
         raise MonitoringError(f"targets_dir={targets_dir!r}: an absolute path")
     jobs: List[Dict[str, Any]] = [{"job_name": "prometheus", "static_configs": [{"targets": [str(opts["self"])],

@@ -155,6 +155,26 @@ def test_the_rules_and_the_configuration_pass_promtool_check(tmp_path):
     assert "SUCCESS: 19 rules found" in proc.stdout + proc.stderr
 
 
+@needs_promtool
+@pytest.mark.parametrize("interval, timeout", [("15s", "10s"), ("5s", "5s"), ("1m", "10s"), ("2500ms", "2500ms")])
+def test_a_short_scrape_interval_gets_a_timeout_prometheus_accepts(tmp_path, interval, timeout):
+    """Prometheus refuses a global scrape timeout over the scrape interval, and 10s is its default: unset, the timeout is
+    10s or the interval when shorter (the lab scrapes every 5s; the fleet lab's converge found this)."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    config = m.prometheus_config(str(targets), [], {"scrape_interval": interval})
+    assert config["global"]["scrape_timeout"] == timeout
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run([PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_scrape_timeout_over_the_interval_is_named_before_promtool():
+    with pytest.raises(m.MonitoringError, match="scrape_timeout=20s is longer than scrape_interval=15s"):
+        m.prometheus_config("/t", [], {"scrape_timeout": "20s"})
+
+
 VLLM = 'job="vllm",served_model="qwen",model_name="qwen",engine="0"'
 
 

@@ -16,8 +16,9 @@ SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/m
 empty :=
 space := $(empty) $(empty)
 MOLECULE_STAGES := $(filter fleet,$(SCENARIOS)) $(subst $(space),+,$(filter-out fleet,$(SCENARIOS)))
-# the scenarios that run no vLLM (make test runs them beside crosscheck and modelstore, which do)
-LIGHT_SCENARIOS := $(filter-out fleet vllm_docker,$(SCENARIOS))
+# the scenarios make test runs beside crosscheck and modelstore: all but the fleet lab (vllm_docker's engines are on the
+# second core, crosscheck's on the first)
+LIGHT_SCENARIOS := $(filter-out fleet,$(SCENARIOS))
 CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
 # a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
 SECOND_VERSION := 0.31.0
@@ -137,8 +138,9 @@ integration: venv
 
 # The planner against a real vLLM: the CPU build from PyPI serves a locally made model.
 crosscheck: lab-venvs
+	@# its engines on the first core: vllm_docker's run on the second beside it (make test)
 	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) LLMFLEET_VLLM_CPU_SECOND_VENV=$(SECOND_VENV) LLMFLEET_VLLM_CPU_THIRD_VENV=$(THIRD_VENV) \
-	  LLMFLEET_TORCHVISION_DIR=$(TORCHVISION_DIR) pytest -q -s tests/crosscheck
+	  LLMFLEET_TORCHVISION_DIR=$(TORCHVISION_DIR) LLMFLEET_TEST_VLLM_CPUS=0 pytest -q -s tests/crosscheck
 
 # model_fetch with the real modelscope SDK against a stand-in hub serving a locally made model.
 modelstore: venv
@@ -157,10 +159,10 @@ molecule: venv images lab-wheels
 	@LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \
 	  bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(MOLECULE_STAGES))
 
-# `make test`'s molecule stages: the scenarios that run no vLLM beside crosscheck and modelstore (those run vLLM CPU
-# processes on this machine while these mostly wait on apt, pip, Docker and a stand-in hub), then each scenario that
-# runs vLLM engines alone (make molecule-<scenario>): vLLM CPU binds its threads to the cores, and two sets of engines
-# on the same two cores slow each other past their start-up budgets
+# `make test`'s molecule stages: host_prepare, model_store and vllm_docker beside crosscheck and modelstore (the first
+# two mostly wait on apt, pip, Docker and a stand-in hub; vLLM CPU binds its OpenMP threads to cores, so vllm_docker's
+# engines are planned on the second core and crosscheck's run on the first: LLMFLEET_TEST_VLLM_CPUS), then the fleet
+# lab alone (its two engines have a core each). make molecule-<scenario> runs one.
 molecule-light:
 	@$(MAKE) --no-print-directory molecule SCENARIO=$(subst $(space),+,$(LIGHT_SCENARIOS))
 molecule-%:
@@ -173,7 +175,7 @@ build: venv
 test:
 	@trap 'bash tests/tools/prefetch.sh finish 130; exit 130' INT TERM; \
 	  rc=0; bash tests/tools/stages.sh test venv prefetch lint sanity units integration build \
-	    crosscheck+modelstore+molecule-light molecule-vllm_docker molecule-fleet || rc=$$?; \
+	    crosscheck+modelstore+molecule-light molecule-fleet || rc=$$?; \
 	  bash tests/tools/prefetch.sh finish $$rc; exit $$rc
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,

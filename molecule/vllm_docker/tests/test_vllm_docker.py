@@ -119,7 +119,8 @@ def test_container_is_locked_down(host, name):
     assert c["State"]["Running"] and c["Config"]["Image"] == "llmfleet-lab/vllm-cpu:lab"
     assert hc["Privileged"] is False and hc["IpcMode"] == "private" and "no-new-privileges" in hc["SecurityOpt"]
     assert hc["ShmSize"] == 1024 ** 3 and hc["RestartPolicy"]["Name"] == "unless-stopped"
-    assert hc["CpusetCpus"] == "0-1"
+    # the plan's CPU set (molecule.yml declares this machine's second core) is the container's
+    assert hc["CpusetCpus"] == str(planned(name)["cpuset"]) == "1"
     model = next(m for m in c["Mounts"] if m["Destination"] == MODEL)
     assert model["RW"] is False, "the model must be mounted read-only"
     # the host's network: no address of its own on a Docker network, no published port

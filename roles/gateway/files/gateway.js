@@ -54,10 +54,81 @@ function route(r) {
         return;
     }
     r.variables.llmfleet_model = model;
+    // a stream's tokens are counted from its last event, which vLLM sends only when asked (stream_options.include_usage):
+    // the gateway asks for it, and takes that event out again for a client that did not ask (usage below)
+    var forward = r.requestText;
+    if (body.stream === true && STREAM_USAGE_PATHS.indexOf(r.uri) >= 0) {
+        var options = (body.stream_options && typeof body.stream_options === 'object') ? body.stream_options : {};
+        if (options.include_usage !== true) {
+            body.stream_options = Object.assign({}, options, {include_usage: true});
+            forward = JSON.stringify(body);
+            r.variables.llmfleet_usage_strip = '1';
+        }
+    }
+    r.variables.llmfleet_body = forward;
     r.variables.llmfleet_upstream = data.routes[model];
     // the normalized path (one of the exact locations), not the client's spelling
     r.variables.llmfleet_path = r.uri;
     r.internalRedirect('@llmfleet_engine');
+}
+
+// the paths whose streams carry a usage event when stream_options.include_usage is set (vLLM's chat and completions)
+var STREAM_USAGE_PATHS = ['/v1/chat/completions', '/v1/completions'];
+// how much of the text before each buffer is kept to find a usage object split across two buffers
+var KEEP = 256;
+// JSON as any serializer writes it (vLLM's is compact: "usage":{)
+var USAGE = /"usage"\s*:\s*\{/;
+var NO_CHOICES = /"choices"\s*:\s*\[\s*\]/;
+// per request: njs runs each request in its own copy of this module, so this is the request's own
+var before = '';
+
+// js_body_filter of the engine's answer: every buffer passes on unchanged (as bytes: a UTF-8 character split across
+// two buffers stays whole), except the stream's usage event when the gateway asked for it on the client's behalf.
+// The last usage object seen goes into $llmfleet_prompt_tokens and $llmfleet_completion_tokens for the access log;
+// they stay '' where the answer has none (an error, a pooling answer, a stream whose client did not get to its end).
+function usage(r, data, flags) {
+    var text = data.toString();
+    var out = data;
+    if (r.variables.llmfleet_usage_strip === '1' && USAGE.test(text)) {
+        var events = text.split('\n\n');
+        var kept = [];
+        for (var i = 0; i < events.length; i++) {
+            var e = events[i];
+            // a whole event (the last piece has no blank line after it yet) with no choices and a usage: vLLM's last
+            if (i < events.length - 1 && e.indexOf('data: {') === 0 && NO_CHOICES.test(e) && USAGE.test(e)) {
+                continue;
+            }
+            kept.push(e);
+        }
+        if (kept.length !== events.length) {
+            out = Buffer.from(kept.join('\n\n'));
+        }
+    }
+    var seen = before + text;
+    if (USAGE.test(seen)) {
+        remember(r, seen);
+    }
+    before = seen.length > KEEP ? seen.substring(seen.length - KEEP) : seen;
+    r.sendBuffer(out, flags);
+}
+
+// the last usage object of `text`, into the log's variables
+function remember(r, text) {
+    var at = -1;
+    var found;
+    var all = new RegExp(USAGE.source, 'g');
+    while ((found = all.exec(text)) !== null) {
+        at = found.index;
+    }
+    var part = text.substring(at);
+    var prompt = /"prompt_tokens":\s*(\d+)/.exec(part);
+    var completion = /"completion_tokens":\s*(\d+)/.exec(part);
+    if (prompt) {
+        r.variables.llmfleet_prompt_tokens = prompt[1];
+    }
+    if (completion) {
+        r.variables.llmfleet_completion_tokens = completion[1];
+    }
 }
 
 function models(r) {
@@ -68,4 +139,4 @@ function models(r) {
     r.return(200, data.models);
 }
 
-export default {keyName, route, models};
+export default {keyName, route, models, usage};

@@ -1,0 +1,183 @@
+"""Tokens per request in the gateway's access log, from the answers' own `usage`, on a real nginx (Debian's nginx 1.22 +
+njs 0.7.9) with the gateway rendered from the role's templates in front of a stand-in engine that answers as vLLM does:
+
+- a whole answer: its `usage` object, at its end, nested details included;
+- a stream: vLLM sends its usage as a last event (`"choices":[]`) only when the request sets
+  stream_options.include_usage; the gateway sets it when the client did not, and takes that event out of what the
+  client receives, so the client gets the stream it asked for, byte for byte otherwise;
+- a stream whose client asked for usage: the request reaches the engine as the client sent it, and the event stays.
+
+The engine writes each event on its own (as vLLM does), some split in two writes, one in the middle of a UTF-8
+character: the answer reaches the client whole. Several streams at once keep their own counts."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
+
+from llmfleet_testing import free_port, start_nginx, stop_nginx
+from test_gateway import _nginx_t, _render
+
+KEY = "k" * 32
+TEXT = "héllo 你好 fleet"
+
+
+class Engine(ThreadingHTTPServer):
+    """`bodies`: each request's body as received, by the gateway's X-Request-Id."""
+    daemon_threads = True
+
+    def __init__(self, port):
+        self.bodies = {}
+        super().__init__(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.bodies[self.headers.get("X-Request-Id")] = raw
+        body = json.loads(raw)
+        words = body["messages"][0]["content"].split()
+        prompt, completion = len(words) + 7, int(body.get("max_tokens", 3))
+        usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+                 "prompt_tokens_details": {"cached_tokens": 0}}
+        if not body.get("stream"):
+            answer = json.dumps({"id": "c", "object": "chat.completion", "model": "tiny",
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}}],
+                                 "usage": usage, "prompt_logprobs": None}, ensure_ascii=False).encode()   # spaced JSON
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        events = [f'data: {json.dumps({"id": "c", "choices": [{"index": 0, "delta": {"content": TEXT}}]}, ensure_ascii=False)}\n\n'
+                  for _n in range(completion)]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            # compact, as vLLM writes it (pydantic)
+            last = {"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+            events.append(f'data: {json.dumps(last, separators=(",", ":"))}\n\n')
+        events.append("data: [DONE]\n\n")
+        for n, event in enumerate(events):
+            data = event.encode()
+            # every second event in two writes, cut inside a character (你 is three bytes)
+            cuts = [data[:data.index("你".encode()) + 1], data[data.index("你".encode()) + 1:]] if n % 2 and "你" in event else [data]
+            for part in cuts:
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                self.wfile.flush()
+                time.sleep(0.01)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def gateway(tmp_path):
+    engine = Engine(free_port())
+    plan = {"host": "gw", "deployments": [{"name": "tiny", "instances": [
+        {"name": "tiny-0", "served_model_name": "tiny", "port": engine.server_address[1], "bind_address": "127.0.0.1"}]}]}
+    model = gw.gateway_model({"gw": plan}, "gw")
+    assert model["errors"] == []
+    port = free_port()
+    root = _render(tmp_path, model, gateway_listen=[f"127.0.0.1:{port}"], __gateway_keys=gw.api_keys([{"name": "team-a", "key": KEY}]))
+    log = tmp_path / "access.log"
+    conf = root / "llmfleet" / "gateway.conf"
+    conf.write_text(conf.read_text().replace("/var/log/nginx/llmfleet-gateway.access.log", str(log)))
+    checked = _nginx_t(root)
+    assert checked.returncode == 0, checked.stderr
+    start_nginx(str(root))
+    yield {"port": port, "engine": engine, "log": log}
+    stop_nginx(str(root))
+    engine.shutdown()
+    engine.server_close()
+
+
+def chat(port, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(),
+                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    response = conn.getresponse()
+    status, data = response.status, response.read()
+    conn.close()
+    return status, data
+
+
+def logged(gw_):
+    time.sleep(0.2)   # nginx writes the line once the request is finalized
+    return [json.loads(line) for line in gw_["log"].read_text().splitlines()]
+
+
+def events(data):
+    return [e for e in data.decode().split("\n\n") if e]
+
+
+def test_a_whole_answer_is_logged_with_its_usage_and_reaches_the_client_unchanged(gateway):
+    status, data = chat(gateway["port"], {"model": "tiny", "messages": [{"role": "user", "content": "one two three"}],
+                                          "max_tokens": 5})
+    assert status == 200
+    answer = json.loads(data)
+    assert answer["choices"][0]["message"]["content"] == TEXT and answer["usage"]["completion_tokens"] == 5
+    [line] = logged(gateway)
+    assert (line["key_name"], line["model"], line["prompt_tokens"], line["completion_tokens"]) == ("team-a", "tiny", "10", "5")
+
+
+def test_a_stream_is_counted_without_the_client_seeing_the_usage_event_it_did_not_ask_for(gateway):
+    request = {"model": "tiny", "messages": [{"role": "user", "content": "a b"}], "max_tokens": 6, "stream": True,
+               "stream_options": {"continuous_usage_stats": False}}
+    status, data = chat(gateway["port"], request)
+    assert status == 200
+    got = events(data)
+    # six content events, whole (the characters cut across writes arrived intact), then [DONE]: no usage event
+    assert got[-1] == "data: [DONE]" and len(got) == 7, got
+    assert all(json.loads(e[6:])["choices"][0]["delta"]["content"] == TEXT for e in got[:-1])
+    # the engine was asked for usage, the client's other stream options kept
+    [sent] = gateway["engine"].bodies.values()
+    assert json.loads(sent)["stream_options"] == {"continuous_usage_stats": False, "include_usage": True}
+    [line] = logged(gateway)
+    assert (line["prompt_tokens"], line["completion_tokens"]) == ("9", "6")
+
+
+def test_a_stream_whose_client_asked_for_usage_is_passed_as_it_came(gateway):
+    request = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 4, "stream": True,
+               "stream_options": {"include_usage": True}}
+    raw = json.dumps(request).encode()
+    status, data = chat(gateway["port"], request)
+    assert status == 200
+    got = events(data)
+    assert json.loads(got[-2][6:])["usage"]["completion_tokens"] == 4 and got[-1] == "data: [DONE]"
+    assert list(gateway["engine"].bodies.values()) == [raw], "the client's body, byte for byte"
+    [line] = logged(gateway)
+    assert (line["prompt_tokens"], line["completion_tokens"]) == ("8", "4")
+
+
+def test_streams_at_once_keep_their_own_counts(gateway):
+    def one(n):
+        return chat(gateway["port"], {"model": "tiny", "messages": [{"role": "user", "content": " ".join(["w"] * n)}],
+                                      "max_tokens": n, "stream": True})
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(one, range(1, 7)))
+    assert all(status == 200 and events(data)[-1] == "data: [DONE]" for status, data in answers)
+    counts = sorted((int(line["prompt_tokens"]), int(line["completion_tokens"])) for line in logged(gateway))
+    assert counts == [(n + 7, n) for n in range(1, 7)], counts
+
+
+def test_an_error_answer_has_no_usage(gateway):
+    status, _data = chat(gateway["port"], {"model": "nope", "messages": []})
+    assert status == 404
+    [line] = logged(gateway)
+    assert (line["prompt_tokens"], line["completion_tokens"]) == ("", "")

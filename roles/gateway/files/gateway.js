@@ -57,7 +57,7 @@ function route(r) {
     // a stream's tokens are counted from its last event, which vLLM sends only when asked (stream_options.include_usage):
     // the gateway asks for it, and takes that event out again for a client that did not ask (usage below)
     var forward = r.requestText;
-    if (body.stream === true && STREAM_USAGE_PATHS.indexOf(r.uri) >= 0) {
+    if (r.variables.llmfleet_usage_accounting === '1' && body.stream === true && STREAM_USAGE_PATHS.indexOf(r.uri) >= 0) {
         var options = (body.stream_options && typeof body.stream_options === 'object') ? body.stream_options : {};
         if (options.include_usage !== true) {
             body.stream_options = Object.assign({}, options, {include_usage: true});
@@ -65,7 +65,9 @@ function route(r) {
             r.variables.llmfleet_usage_strip = '1';
         }
     }
-    r.variables.llmfleet_body = forward;
+    if (r.variables.llmfleet_usage_accounting === '1') {
+        r.variables.llmfleet_body = forward;
+    }
     r.variables.llmfleet_upstream = data.routes[model];
     // the normalized path (one of the exact locations), not the client's spelling
     r.variables.llmfleet_path = r.uri;

@@ -86,15 +86,16 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture()
-def gateway(tmp_path):
+@pytest.fixture(params=[True], ids=["accounting"])
+def gateway(tmp_path, request):
     engine = Engine(free_port())
     plan = {"host": "gw", "deployments": [{"name": "tiny", "instances": [
         {"name": "tiny-0", "served_model_name": "tiny", "port": engine.server_address[1], "bind_address": "127.0.0.1"}]}]}
     model = gw.gateway_model({"gw": plan}, "gw")
     assert model["errors"] == []
     port = free_port()
-    root = _render(tmp_path, model, gateway_listen=[f"127.0.0.1:{port}"], __gateway_keys=gw.api_keys([{"name": "team-a", "key": KEY}]))
+    root = _render(tmp_path, model, gateway_listen=[f"127.0.0.1:{port}"], __gateway_keys=gw.api_keys([{"name": "team-a", "key": KEY}]),
+                   gateway_usage_accounting=request.param)
     log = tmp_path / "access.log"
     conf = root / "llmfleet" / "gateway.conf"
     conf.write_text(conf.read_text().replace("/var/log/nginx/llmfleet-gateway.access.log", str(log)))
@@ -179,5 +180,15 @@ def test_streams_at_once_keep_their_own_counts(gateway):
 def test_an_error_answer_has_no_usage(gateway):
     status, _data = chat(gateway["port"], {"model": "nope", "messages": []})
     assert status == 404
+    [line] = logged(gateway)
+    assert (line["prompt_tokens"], line["completion_tokens"]) == ("", "")
+
+
+@pytest.mark.parametrize("gateway", [False], ids=["off"], indirect=True)
+def test_with_accounting_off_the_engine_gets_the_clients_body_and_nothing_is_counted(gateway):
+    request = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True}
+    status, data = chat(gateway["port"], request)
+    assert status == 200 and events(data)[-1] == "data: [DONE]"
+    assert list(gateway["engine"].bodies.values()) == [json.dumps(request).encode()]
     [line] = logged(gateway)
     assert (line["prompt_tokens"], line["completion_tokens"]) == ("", "")

@@ -246,9 +246,9 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
 def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """prometheus.yml: one scrape job per JOBS entry reading <targets_dir>/<job>.json (file_sd), Prometheus itself at its
     `self` address, the rule files. It depends on no plan: a plan change rewrites only the target and rule files.
-    The scrape timeout is Prometheus's own default when none is given: 10s, or the scrape interval when that is shorter
-    (Prometheus refuses a global timeout over the interval: "global scrape timeout greater than scrape interval",
-    config/config.go GlobalConfig.UnmarshalYAML)."""
+    The scrape timeout, when none is given, is 10s (Prometheus's default), or the scrape interval when that is shorter:
+    Prometheus refuses a global timeout over the interval (promtool 2.42: "global scrape timeout greater than scrape
+    interval")."""
     opts = dict({"scrape_interval": "15s", "evaluation_interval": "15s", "scrape_timeout": None, "self": PROMETHEUS_LISTEN,
                  "refresh_interval": "1m"}, **(options or {}))
     if not opts["scrape_timeout"]:
@@ -258,7 +258,7 @@ def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Opti
         _duration(f"monitoring option {key}", opts[key])
     if _seconds(str(opts["scrape_timeout"]).strip()) > _seconds(str(opts["scrape_interval"]).strip()):
         raise MonitoringError(f"scrape_timeout={opts['scrape_timeout']} is longer than scrape_interval={opts['scrape_interval']}: "
-                              "Prometheus refuses it; make the timeout at most the interval")
+                              "Prometheus refuses it; set scrape_timeout to at most the interval")
     if not str(targets_dir).startswith("/"):
         raise MonitoringError(f"targets_dir={targets_dir!r}: an absolute path")
     jobs: List[Dict[str, Any]] = [{"job_name": "prometheus", "static_configs": [{"targets": [str(opts["self"])],

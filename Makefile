@@ -15,8 +15,9 @@ SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/m
 # on apt, pip, Docker and a stand-in hub far more than they compute); tests/tools/stages.sh runs a+b+c side by side
 empty :=
 space := $(empty) $(empty)
-MOLECULE_OTHERS := $(subst $(space),+,$(filter-out fleet,$(SCENARIOS)))
-MOLECULE_STAGES := $(filter fleet,$(SCENARIOS)) $(MOLECULE_OTHERS)
+MOLECULE_STAGES := $(filter fleet,$(SCENARIOS)) $(subst $(space),+,$(filter-out fleet,$(SCENARIOS)))
+# the scenarios that run no vLLM (make test runs them beside crosscheck and modelstore, which do)
+LIGHT_SCENARIOS := $(filter-out fleet vllm_docker,$(SCENARIOS))
 CPU_VENV := $(CURDIR)/.cache/vllm-cpu-venv
 # a second vLLM CPU release next to it (crosscheck: flags and parsers of two releases)
 SECOND_VERSION := 0.31.0
@@ -40,7 +41,7 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: molecule-fleet molecule-others help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
+.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
 
 help:
 	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
@@ -156,12 +157,14 @@ molecule: venv images lab-wheels
 	@LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \
 	  bash tests/tools/stages.sh molecule $(if $(SCENARIO),$(SCENARIO),$(MOLECULE_STAGES))
 
-# `make test`'s two molecule stages: the other scenarios run beside crosscheck and modelstore (those compute in a
-# vLLM CPU venv on this machine while the scenarios mostly wait on apt, pip and Docker), then the fleet lab alone
-molecule-fleet:
-	@$(MAKE) --no-print-directory molecule SCENARIO=fleet
-molecule-others:
-	@$(MAKE) --no-print-directory molecule SCENARIO=$(MOLECULE_OTHERS)
+# `make test`'s molecule stages: the scenarios that run no vLLM beside crosscheck and modelstore (those run vLLM CPU
+# processes on this machine while these mostly wait on apt, pip, Docker and a stand-in hub), then each scenario that
+# runs vLLM engines alone (make molecule-<scenario>): vLLM CPU binds its threads to the cores, and two sets of engines
+# on the same two cores slow each other past their start-up budgets
+molecule-light:
+	@$(MAKE) --no-print-directory molecule SCENARIO=$(subst $(space),+,$(LIGHT_SCENARIOS))
+molecule-%:
+	@$(MAKE) --no-print-directory molecule SCENARIO=$*
 
 build: venv
 	ansible-galaxy collection build --force --output-path $(CURDIR)/build
@@ -170,7 +173,7 @@ build: venv
 test:
 	@trap 'bash tests/tools/prefetch.sh finish 130; exit 130' INT TERM; \
 	  rc=0; bash tests/tools/stages.sh test venv prefetch lint sanity units integration build \
-	    crosscheck+modelstore+molecule-others molecule-fleet || rc=$$?; \
+	    crosscheck+modelstore+molecule-light molecule-vllm_docker molecule-fleet || rc=$$?; \
 	  bash tests/tools/prefetch.sh finish $$rc; exit $$rc
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,

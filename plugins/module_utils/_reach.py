@@ -6,6 +6,7 @@ ready-to-paste request. Pure and typed; it reads plans and inventory values, nev
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -143,14 +144,24 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
 
 
 def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
-    """Where Prometheus and its alerts are, and the dashboards: a loopback listener is reached through an SSH tunnel."""
+    """Where Prometheus and its alerts are, and the dashboards: a loopback listener is reached through an SSH tunnel to
+    the host (`ssh_host`: its ansible_host, else its name); one on every address at the host's `address`."""
     host, listen = str(monitoring["host"]), str(monitoring["listen"])
-    address, _sep, port = listen.rpartition(":")
-    if address.strip("[]") in ("127.0.0.1", "::1", "localhost"):
-        where = (f"on loopback there: ssh -N -L {port}:{listen} {host}, then http://127.0.0.1:{port}/alerts "
-                 "(no credential: keep it there)")
+    text, _sep, port = listen.rpartition(":")
+    text = text.strip("[]")
+    try:
+        ip = ipaddress.ip_address(text) if text else None
+    except ValueError:
+        ip = None
+    if text == "localhost" or (ip is not None and ip.is_loopback):
+        where = (f"on loopback there: ssh -N -L {port}:{listen} {monitoring.get('ssh_host') or host}, then "
+                 f"http://127.0.0.1:{port}/alerts (no credential: keep it there)")
     else:
-        where = f"http://{listen}/alerts (no credential: a private address only)"
+        shown = listen
+        if not text or (ip is not None and ip.is_unspecified):
+            at = str(monitoring.get("address") or host)
+            shown = f"[{at}]:{port}" if ":" in at else f"{at}:{port}"
+        where = f"http://{shown}/alerts (no credential: a private address only)"
     return [f"Prometheus on {host}: {listen} scrapes every instance and host; alerts {where}",
             f"  Grafana dashboards: {monitoring['dashboards']}/llmfleet-*.json on this controller (import them into your Grafana)"]
 

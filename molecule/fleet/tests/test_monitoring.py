@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from test_fleet import ADDRESS, EPHEMERAL, LOAD_KEY, instances, request
+from test_fleet import ADDRESS, EPHEMERAL, LOAD_KEY, host, instances, request
 
 sys.path.insert(0, os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":")[0])
 from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as mon  # noqa: E402
@@ -56,10 +56,12 @@ def alert(name, instance, state="firing"):
 
 
 def test_prometheus_scrapes_every_instance_through_its_edge_and_every_host():
+    expected = {("vllm", f"{h}/{i['name']}") for h, i in instances()} | {("node", h) for h in ADDRESS}
+
     def targets():
         active = api("/api/v1/targets", state="active")["activeTargets"]
         healthy = {(t["labels"]["job"], t["labels"]["instance"]): t for t in active if t["health"] == "up"}
-        return healthy if len(healthy) >= len(instances()) + 3 else None
+        return healthy if expected <= set(healthy) else None
     up = wait_for("every target up", targets)
     for hostname, inst in instances():
         target = up[("vllm", f"{hostname}/{inst['name']}")]
@@ -69,6 +71,17 @@ def test_prometheus_scrapes_every_instance_through_its_edge_and_every_host():
     for hostname, address in ADDRESS.items():
         assert up[("node", hostname)]["scrapeUrl"] == f"http://{address}:9100/metrics"
     print(f"[monitoring] {len(up)} targets up: {sorted(up)}")
+
+
+def test_prometheus_runs_in_the_unprivileged_container_sandboxed_but_for_the_user_namespace():
+    """The lab's hosts are unprivileged containers, which cannot create user namespaces: the role's drop-in turns the
+    package unit's PrivateUsers off, and nothing else of its sandboxing."""
+    gateway = host("llmfleet-fleet-gateway")
+    assert gateway.run("unshare --user true").rc != 0
+    dropin = gateway.file("/etc/systemd/system/prometheus.service.d/llmfleet-userns.conf")
+    assert dropin.exists and "PrivateUsers=false" in dropin.content_string
+    shown = gateway.check_output("systemctl show prometheus -p PrivateUsers -p ProtectSystem -p NoNewPrivileges -p ActiveState")
+    assert sorted(shown.split()) == ["ActiveState=active", "NoNewPrivileges=yes", "PrivateUsers=no", "ProtectSystem=full"], shown
 
 
 def usage_of(model, stream):
@@ -93,12 +106,15 @@ def usage_of(model, stream):
 def counters():
     """{(model, counter): value} summed over every instance, as Prometheus last scraped them, and the oldest sample's time."""
     out, oldest = {}, None
-    for counter in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total"):
-        for series in query(f'sum by (model_name) ({counter}{{job="vllm"}})'):
-            out[(series["metric"]["model_name"], counter)] = float(series["value"][1])
+    names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
+    # the sample times first, then the sums: a scrape landing in between only makes the sums newer
+    for counter in names:
         for series in query(f'timestamp({counter}{{job="vllm"}})'):
             stamp = float(series["value"][1])
             oldest = stamp if oldest is None else min(oldest, stamp)
+    for counter in names:
+        for series in query(f'sum by (model_name) ({counter}{{job="vllm"}})'):
+            out[(series["metric"]["model_name"], counter)] = float(series["value"][1])
     return out, oldest
 
 

@@ -86,6 +86,13 @@ def test_the_summary_says_where_prometheus_and_the_dashboards_are(monkeypatch):
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
     assert "Prometheus on ops: 10.0.0.5:9090 scrapes every instance and host; alerts http://10.0.0.5:9090/alerts" in text
     assert "/srv/dash/llmfleet-*.json" in text
+    # on every address: shown at the host's private address; a loopback one through the host's ansible_host
+    hostvars["ops"].update(monitoring_prometheus_listen="0.0.0.0:9090", llmfleet_private_address="10.0.0.5")
+    text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
+    assert "alerts http://10.0.0.5:9090/alerts" in text
+    hostvars["ops"].update(monitoring_prometheus_listen="127.0.0.2:9091", ansible_host="ops.example")
+    text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
+    assert "ssh -N -L 9091:127.0.0.2:9091 ops.example, then http://127.0.0.1:9091/alerts" in text
     # monitoring turned off on the monitoring host: nothing said
     hostvars["g"]["llmfleet_monitoring"] = "false"
     assert "Prometheus" not in "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"]}, hostvars))

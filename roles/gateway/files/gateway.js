@@ -54,10 +54,133 @@ function route(r) {
         return;
     }
     r.variables.llmfleet_model = model;
+    if (r.variables.llmfleet_usage_accounting === '1') {
+        r.variables.llmfleet_body = forwarded(r, body);
+    }
     r.variables.llmfleet_upstream = data.routes[model];
     // the normalized path (one of the exact locations), not the client's spelling
     r.variables.llmfleet_path = r.uri;
     r.internalRedirect('@llmfleet_engine');
+}
+
+// the paths whose streams carry a usage event when stream_options.include_usage is set (vLLM's chat and completions)
+var STREAM_USAGE_PATHS = ['/v1/chat/completions', '/v1/completions'];
+
+// The body sent to the engine. A stream's tokens are counted from its last event, which vLLM sends only when the request
+// sets stream_options.include_usage: the gateway asks for it where the client did not, and usage() takes that event out
+// again. Without stream_options in the body, the option is put before the body's last brace (the client's bytes stay as
+// they were: a JSON number above 2^53 would not survive JavaScript); with one, the body is written again with it,
+// continuous_usage_stats off (with include_usage on, vLLM would add usage to every chunk the client gets).
+function forwarded(r, body) {
+    var text = r.requestText;
+    if (body.stream !== true || STREAM_USAGE_PATHS.indexOf(r.uri) < 0) {
+        return text;
+    }
+    var options = body.stream_options;
+    if (options && typeof options === 'object' && options.include_usage === true) {
+        return text;
+    }
+    r.variables.llmfleet_usage_strip = '1';
+    if (options === undefined) {
+        var end = text.lastIndexOf('}');
+        var empty = /^\s*\{\s*$/.test(text.substring(0, end));
+        return text.substring(0, end) + (empty ? '' : ',') + '"stream_options":{"include_usage":true}' + text.substring(end);
+    }
+    body.stream_options = Object.assign({}, (options && typeof options === 'object') ? options : {},
+                                        {include_usage: true, continuous_usage_stats: false});
+    return JSON.stringify(body);
+}
+
+// The answer's usage as JSON writes it (vLLM's is compact): the key, searched in the bytes; the object, read in a small
+// window after the last key seen (vLLM may write more after it: prompt_logprobs).
+var KEY = '"usage"';
+var WINDOW = 256;
+var EVENT_MAX = 4096;
+var USAGE = /^"usage"\s*:\s*\{/;
+var NO_CHOICES = /"choices"\s*:\s*\[\s*\]/;
+// Per request (njs 0.7 runs each request in its own copy of this module; njs's QuickJS engine with context reuse, from
+// 0.8.6, would not, and is not what Debian 12 ships): the window after the last key, the last bytes of the previous
+// buffer (a key cut in two), and, in strip mode, the bytes of an event not ended yet.
+var capture = null;
+var edge = null;
+var pending = null;
+
+// js_body_filter of the engine's answer. Every buffer passes on as the bytes it is, except in strip mode, where the
+// stream is passed on in whole events and vLLM's usage event (no choices, a usage) is left out. The last usage seen goes
+// into $llmfleet_prompt_tokens and $llmfleet_completion_tokens for the access log at the answer's end; they stay ''
+// where the answer has none (an error, a pooling answer) or never ended (the client went away).
+function usage(r, data, flags) {
+    look(data);
+    var out = r.variables.llmfleet_usage_strip === '1' ? strip(data, flags.last) : data;
+    if (flags.last && capture) {
+        remember(r, capture.toString());
+    }
+    r.sendBuffer(out, flags);
+}
+
+function look(data) {
+    if (capture && capture.length < WINDOW) {
+        capture = Buffer.concat([capture, data.slice(0, WINDOW - capture.length)]);
+    }
+    var at = data.lastIndexOf(KEY);
+    if (at >= 0) {
+        capture = data.slice(at, at + WINDOW);
+    } else if (edge) {
+        var joint = Buffer.concat([edge, data.slice(0, KEY.length)]);
+        var cut = joint.lastIndexOf(KEY);
+        if (cut >= 0 && cut < edge.length) {
+            capture = Buffer.concat([joint.slice(cut), data.slice(KEY.length, KEY.length + WINDOW)]);
+        }
+    }
+    edge = data.length >= KEY.length ? data.slice(data.length - KEY.length + 1) : data;
+}
+
+// strip mode: the whole events of pending + data without vLLM's usage event; an unfinished event waits for its end
+function strip(data, last) {
+    if (!pending && data.indexOf(KEY) < 0 && data.length >= 2 && data.lastIndexOf('\n\n') === data.length - 2) {
+        return data;
+    }
+    var buf = pending ? Buffer.concat([pending, data]) : data;
+    var parts = [];
+    var start = 0;
+    var end = buf.indexOf('\n\n', start);
+    while (end >= 0) {
+        var event = buf.slice(start, end + 2);
+        if (!usageEvent(event)) {
+            parts.push(event);
+        }
+        start = end + 2;
+        end = buf.indexOf('\n\n', start);
+    }
+    pending = start < buf.length ? buf.slice(start) : null;
+    if (last && pending) {
+        parts.push(pending);
+        pending = null;
+    }
+    return Buffer.concat(parts);
+}
+
+function usageEvent(event) {
+    if (event.length > EVENT_MAX || event.indexOf(KEY) < 0) {
+        return false;
+    }
+    var text = event.toString();
+    return text.indexOf('data: {') === 0 && NO_CHOICES.test(text) && /"usage"\s*:\s*\{/.test(text);
+}
+
+// the usage object at the start of `text`, into the log's variables
+function remember(r, text) {
+    if (!USAGE.test(text)) {
+        return;
+    }
+    var prompt = /"prompt_tokens"\s*:\s*(\d+)/.exec(text);
+    var completion = /"completion_tokens"\s*:\s*(\d+)/.exec(text);
+    if (prompt) {
+        r.variables.llmfleet_prompt_tokens = prompt[1];
+    }
+    if (completion) {
+        r.variables.llmfleet_completion_tokens = completion[1];
+    }
 }
 
 function models(r) {
@@ -68,4 +191,4 @@ function models(r) {
     r.return(200, data.models);
 }
 
-export default {keyName, route, models};
+export default {keyName, route, models, usage};

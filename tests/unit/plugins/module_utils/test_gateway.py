@@ -183,7 +183,7 @@ def _render(tmp_path, model, edge=None, webui=None, tls_dir=None, **values):
            "__gateway_keys": gw.api_keys([{"name": "t", "key": "k" * 32}]), "__gateway_edge": edge,
            "__gateway_webui": webui, "gateway_webui_client_max_body_size": "25m",
            "__gateway_tls_enabled": bool(tls_dir), "__gateway_tls_dir": str(tls_dir), "gateway_tls_listen": ["127.0.0.1:18443 ssl"],
-           "__gateway_client_policy": gw.client_policy()}
+           "__gateway_client_policy": gw.client_policy(), "gateway_usage_accounting": False}
     ctx.update(values)
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else

@@ -41,8 +41,8 @@ def _monitoring(groups, hostvars):
     return {"host": host, "listen": _var(hostvars, host, "monitoring_prometheus_listen", mon.PROMETHEUS_LISTEN),
             "ssh_host": _var(hostvars, host, "ansible_host"),
             "address": _var(hostvars, host, "llmfleet_private_address") or _var(hostvars, host, "ansible_host"),
-            "dashboards": _var(hostvars, host, "monitoring_dashboards_dir", None) or os.path.join(os.environ.get("PWD", os.getcwd()),
-                                                                                               "dashboards")}
+            "dashboards": (_var(hostvars, host, "monitoring_dashboards_dir", None)
+                           or os.path.join(os.environ.get("PWD", os.getcwd()), "dashboards"))}
 
 
 def _guard(name, func):

@@ -109,7 +109,8 @@ DURATION_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h"
 def _seconds(text: str) -> float:
     """A checked Prometheus duration in seconds (DURATION's groups are in DURATION_UNITS' order)."""
     match = DURATION.match(text)
-    assert match is not None
+    if match is None:
+        raise MonitoringError(f"{text!r}: a Prometheus duration such as 30s, 5m or 1h")
     return sum(float(group[:-len(unit)]) * factor for group, (unit, factor) in zip(match.groups(), DURATION_UNITS) if group)
 
 

@@ -120,7 +120,10 @@ def counters():
 
 def settled_after(moment):
     """counters() once every instance's series was scraped after `moment`."""
-    return wait_for("a scrape after the load", lambda: (lambda got: got if got[1] and got[1] > moment else None)(counters()), 60)[0]
+    def fresh():
+        got = counters()
+        return got if got[1] and got[1] > moment else None
+    return wait_for("a scrape after the load", fresh, 60)[0]
 
 
 def test_vllms_token_counters_agree_with_what_the_client_received():

@@ -119,8 +119,8 @@ def test_edge_listens_on_the_edge_address_and_proxies_to_loopback():
     assert edge["paths"] == list(gw.ALLOWED_PATHS)
     assert gw.edge_model(plan("gw", ("a-0", 8002, "a", None)), ["10.0.0.10"])["servers"] == []
     # no edge planned (an inventory without llm_gateway, or the gateway on the host): nothing to allow, no error
-    assert gw.edge_model(plan("gw", ("a-0", 8002, "a", None)), []) == {"servers": [], "allow": [], "metrics_allow": [], "metrics_only": [],
-                                                                  "paths": list(gw.ALLOWED_PATHS)}
+    nothing = {"servers": [], "allow": [], "metrics_allow": [], "metrics_only": [], "paths": list(gw.ALLOWED_PATHS)}
+    assert gw.edge_model(plan("gw", ("a-0", 8002, "a", None)), []) == nothing
     with pytest.raises(gw.GatewayError, match="have an edge .* but there is no gateway address to allow"):
         gw.edge_model(FLEET["e2"], [])
     with pytest.raises(gw.GatewayError, match="not an address"):

@@ -227,13 +227,7 @@ def client_policy(options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]
     allow = opts["plain_allow"]
     if isinstance(allow, (str, bytes)) or not isinstance(allow, Sequence):
         raise GatewayError(f"gateway_tls_plain_allow must be a list of addresses or networks, got {type(allow).__name__}")
-    networks = set()
-    for item in allow:
-        try:
-            networks.add(ipaddress.ip_network(str(item).strip(), strict=False))
-        except ValueError as exc:
-            raise GatewayError(f"gateway_tls_plain_allow: {item!r} is not an address or network (such as 10.0.0.0/8)") from exc
-    out["plain_allow"] = [str(n) for n in sorted(networks, key=lambda n: (n.version, n))]
+    out["plain_allow"] = _networks("gateway_tls_plain_allow", allow)
     return out
 
 
@@ -265,14 +259,16 @@ def retry_upstreams(name: str, servers: Sequence[Mapping[str, Any]]) -> List[Dic
             for i, s in enumerate(servers)]
 
 
-def _networks(name: str, items: Sequence[str]) -> List[str]:
-    checked = []
+def _networks(name: str, items: Sequence[Any]) -> List[str]:
+    """Addresses or networks as nginx's allow and geo take them: normalized, without repeats, IPv4 first; `name` (the
+    inventory variable) is named with a value that is neither."""
+    networks = set()
     for item in items:
         try:
-            checked.append(str(ipaddress.ip_network(str(item), strict=False)))
+            networks.add(ipaddress.ip_network(str(item).strip(), strict=False))
         except ValueError as exc:
-            raise GatewayError(f"{name}: {item!r} is not an address or network") from exc
-    return sorted(set(checked))
+            raise GatewayError(f"{name}: {item!r} is not an address or network (such as 10.0.0.0/8)") from exc
+    return [str(n) for n in sorted(networks, key=lambda n: (n.version, n))]
 
 
 def edge_model(plan: Mapping[str, Any], allow: Sequence[str], options: Optional[Mapping[str, Any]] = None,

@@ -171,14 +171,15 @@ def edge_metrics_allow(groups: Mapping[str, Any], addresses: Mapping[str, Any]) 
     return [address] if address else []
 
 
-def _hostport(address: str, port: int) -> str:
+def hostport(address: str, port: int) -> str:
+    """address:port, an IPv6 address in brackets."""
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def node_exporter_listen(host: str, addresses: Mapping[str, Any], port: int = NODE_EXPORTER_PORT) -> str:
     """Where a host's node exporter listens: its private address (what the monitoring host reaches), else loopback (a host
     without one is reached only from itself)."""
-    return _hostport(_address(host, addresses) or LOOPBACK, int(port))
+    return hostport(_address(host, addresses) or LOOPBACK, int(port))
 
 
 def accelerator_vendors(plan: Mapping[str, Any]) -> List[str]:
@@ -206,9 +207,9 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
         labels = {"host": inst.host, "deployment": inst.deployment, "served_model": inst.served, "instance": inst.label,
                   "engine_version": inst.engine_version}
         if inst.host == monitor_host:
-            target = _hostport(inst.bind_address, inst.port)
+            target = hostport(inst.bind_address, inst.port)
         elif inst.edge and monitor_address:
-            target = _hostport(*inst.edge)
+            target = hostport(*inst.edge)
             allow.setdefault(inst.host, [])
             if monitor_address not in allow[inst.host]:
                 allow[inst.host].append(monitor_address)
@@ -237,7 +238,7 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
                 continue
             accelerators.append({"host": host, "vendor": vendor, "exporter": exporter["exporter"], "job": exporter["job"]})
             if exporter["port"]:
-                files[exporter["job"]].append({"targets": [_hostport(address or LOOPBACK, exporter["port"])],
+                files[exporter["job"]].append({"targets": [hostport(address or LOOPBACK, exporter["port"])],
                                                "labels": {"host": host, "instance": host, "vendor": vendor}})
     errors += [f"{host}: not in the fleet's hosts but planned" for host in sorted(set(plans) - set(hosts))]
     return {"files": files, "edge_metrics_allow": {h: sorted(a) for h, a in sorted(allow.items())},

@@ -11,6 +11,7 @@ import json
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._monitoring import hostport
 from ansible_collections.llmfleet.serving.plugins.module_utils._verify import QUESTION
 
 
@@ -159,8 +160,7 @@ def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
     else:
         shown = listen
         if not text or (ip is not None and ip.is_unspecified):
-            at = str(monitoring.get("address") or host)
-            shown = f"[{at}]:{port}" if ":" in at else f"{at}:{port}"
+            shown = hostport(str(monitoring.get("address") or host), int(port))
         where = f"http://{shown}/alerts (no credential: a private address only)"
     return [f"Prometheus on {host}: {listen} scrapes every instance and host; alerts {where}",
             f"  Grafana dashboards: {monitoring['dashboards']}/llmfleet-*.json on this controller (import them into your Grafana)"]

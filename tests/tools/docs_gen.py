@@ -406,7 +406,7 @@ FIXES: Dict[str, str] = {
     "has no `completed` field": "Pin an engine.version whose `vllm bench serve` writes a result file (0.10 or newer).",
     "is not a version like": "Write engine.version as MAJOR.MINOR.PATCH, e.g. \"0.18.0\".",
     "is not an IP address": "Set llmfleet_private_address to the host's private IPv4/IPv6 address.",
-    "is not an address or network": "Write each gateway_edge_allow entry as an address or CIDR network (10.0.0.0/8).",
+    "is not an address or network": "Write each entry of the named list as an address or CIDR network (10.0.0.0/8).",
     "gateway_listen is empty": "Give gateway_listen at least one port, e.g. [\"80\"].",
     "is not an nginx listen address": "Write gateway_listen entries as nginx listen values: 80, 127.0.0.1:8080, \"443 ssl\".",
     "has no TCP listener": "Give gateway_listen a plain TCP port (80) next to any unix: or ssl listener.",

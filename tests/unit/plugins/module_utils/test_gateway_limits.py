@@ -126,9 +126,15 @@ def until_refused(port, key, source="127.0.0.1", within=5.0):
 
 
 def worker_rss_kib(root):
-    """VmRSS of the test nginx's (single) worker."""
+    """VmRSS of the test nginx's (single) worker. The port accepts connections as soon as the master listens, before
+    it has forked its worker: wait up to 10 s for the worker."""
     master = pathlib.Path(root, "nginx.pid").read_text().strip()
-    [worker] = subprocess.run(["pgrep", "-P", master], capture_output=True, text=True, check=True).stdout.split()
+    deadline = time.monotonic() + 10
+    while not (workers := subprocess.run(["pgrep", "-P", master], capture_output=True, text=True,
+                                         check=False).stdout.split()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(workers) == 1, f"nginx master {master} has workers {workers} 10 s after start, expected one"
+    [worker] = workers
     status = pathlib.Path(f"/proc/{worker}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
 

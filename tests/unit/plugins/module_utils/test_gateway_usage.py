@@ -15,6 +15,10 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import pathlib
+import re
+import shutil
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +40,7 @@ class Engine(ThreadingHTTPServer):
 
     def __init__(self, port):
         self.bodies = {}
+        self.usages = {}
         super().__init__(("127.0.0.1", port), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -51,6 +56,7 @@ class Handler(BaseHTTPRequestHandler):
         prompt, completion = len(words) + 7, int(body.get("max_tokens", 3))
         usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
                  "prompt_tokens_details": {"cached_tokens": 0}}
+        self.server.usages[self.headers.get("X-Request-Id")] = usage
         cut = self.headers.get("X-Test-Cut", "")
         if not body.get("stream"):
             answer = json.dumps({"id": "c", "object": "chat.completion", "model": "tiny",
@@ -123,10 +129,10 @@ def gateway(tmp_path, request):
     engine.server_close()
 
 
-def chat(port, body, cut="", raw=None):
+def chat(port, body, cut="", raw=None, key=KEY):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request("POST", "/v1/chat/completions", body=raw or json.dumps(body).encode(),
-                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", "X-Test-Cut": cut})
+                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", "X-Test-Cut": cut})
     response = conn.getresponse()
     status, data = response.status, response.read()
     conn.close()
@@ -246,3 +252,69 @@ def test_a_streamed_request_without_stream_options_keeps_its_bytes_and_gets_the_
     [sent] = gateway["engine"].bodies.values()
     assert sent == raw[:-1] + b',"stream_options":{"include_usage":true}}'
     assert json.loads(sent)["seed"] == 12345678901234567891
+
+
+# --- the monitoring role's counters over this log ---
+
+ROLES = pathlib.Path(__file__).resolve().parents[4] / "roles"
+PROGRAM = ROLES / "monitoring" / "files" / "llmfleet_gateway.mtail"
+SAMPLE = re.compile(r'^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def mtail_counters(tmp_path, log):
+    """Debian's mtail (`make units` installs it) run once over `log` with the monitoring role's program:
+    {(name, (label, value)...): value}, the prog label left out."""
+    mtail = shutil.which("mtail")
+    assert mtail, "mtail is not installed: run `make units` (tests/host-packages.sh mtail)"
+    progs = tmp_path / "progs"
+    progs.mkdir()
+    shutil.copy(PROGRAM, progs)
+    out = subprocess.run([mtail, "--one_shot", "--one_shot_format", "prometheus", "--logtostderr", "--progs", str(progs),
+                          "--logs", str(log)], capture_output=True, text=True, check=True, timeout=60).stdout
+    samples = {}
+    for line in out.splitlines():
+        match = SAMPLE.match(line)
+        if match:
+            labels = tuple(sorted((k, v) for k, v in re.findall(r'(\w+)="([^"]*)"', match["labels"]) if k != "prog"))
+            samples[(match["name"], labels)] = float(match["value"])
+    return samples
+
+
+def test_the_monitoring_roles_program_reads_the_gateways_own_log(gateway, tmp_path):
+    """What the monitoring role's mtail program makes of the log this gateway wrote: tokens per key name and model equal
+    to the usage the engine sent, requests by status, every request in the duration histogram, its buckets adding up;
+    a wrong key and an unknown model counted under no key and no model. The role reads the log the gateway writes."""
+    port = gateway["port"]
+    answers = []
+    for n in range(1, 4):
+        answers.append(chat(port, {"model": "tiny", "messages": [{"role": "user", "content": "w " * n}], "max_tokens": n}))
+        answers.append(chat(port, {"model": "tiny", "messages": [{"role": "user", "content": "s " * n}], "max_tokens": n,
+                                   "stream": True}))
+    answers.append(chat(port, {"model": "tiny", "messages": [{"role": "user", "content": "u"}], "max_tokens": 2,
+                               "stream": True, "stream_options": {"include_usage": True}}))
+    assert [status for status, _data in answers] == [200] * 7
+    assert chat(port, {"model": "nope", "messages": []})[0] == 404
+    assert chat(port, {"model": "tiny", "messages": []}, key="wrong-" + KEY)[0] == 401
+    logged(gateway, 9)
+    got = mtail_counters(tmp_path, gateway["log"])
+    sent = gateway["engine"].usages.values()
+    team = (("key_name", "team-a"), ("model", "tiny"))
+    print(f"\nengine sent {len(sent)} usages: prompt {sum(u['prompt_tokens'] for u in sent)}, completion "
+          f"{sum(u['completion_tokens'] for u in sent)}; mtail: prompt {got[('llmfleet_gateway_prompt_tokens_total', team)]}, "
+          f"completion {got[('llmfleet_gateway_completion_tokens_total', team)]}")
+    assert got[("llmfleet_gateway_prompt_tokens_total", team)] == sum(u["prompt_tokens"] for u in sent)
+    assert got[("llmfleet_gateway_completion_tokens_total", team)] == sum(u["completion_tokens"] for u in sent)
+    requests = {labels: value for (name, labels), value in got.items() if name == "llmfleet_gateway_requests_total"}
+    assert requests == {team + (("status", "200"),): 7.0, (("key_name", "team-a"), ("model", ""), ("status", "404")): 1.0,
+                        (("key_name", ""), ("model", ""), ("status", "401")): 1.0}, requests
+    for labels, count in ((team, 7.0), ((("key_name", ""), ("model", "")), 1.0)):
+        assert got[("llmfleet_gateway_request_duration_seconds_count", labels)] == count
+        for le in ("+Inf", "600"):   # every request lands in a bucket (a 0.000 request_time too)
+            assert got[("llmfleet_gateway_request_duration_seconds_bucket", tuple(sorted(labels + (("le", le),))))] == count
+
+
+def test_the_monitoring_role_reads_the_log_the_gateway_role_writes():
+    conf = (ROLES / "gateway" / "templates" / "gateway.conf.j2").read_text()
+    logs = re.findall(r"access_log (\S+) llmfleet_gateway;", conf)
+    monitoring = (ROLES / "monitoring" / "vars" / "main.yml").read_text()
+    assert logs and f"__monitoring_gateway_log: {logs[0]}" in monitoring.splitlines(), logs

@@ -77,6 +77,17 @@ def test_node_exporters_on_every_host_and_the_accelerator_exporter_the_hardware_
         ("a1", "device-metrics-exporter"), ("d1", "textfile"), ("e1", "dcgm-exporter")}
 
 
+def test_each_gateway_hosts_counters_on_its_private_address_else_loopback_on_the_monitoring_host():
+    out = m.scrape_targets(FLEET, HOSTS, "gw", ADDRESSES, gateways=["gw", "web"])
+    assert out["files"]["gateway"] == [{"targets": ["10.0.0.10:3903"], "labels": {"host": "gw", "instance": "gw"}},
+                                       {"targets": ["10.0.0.12:3903"], "labels": {"host": "web", "instance": "web"}}]
+    alone = m.scrape_targets(FLEET, HOSTS, "gw", {"e1": "10.0.0.11"}, gateways=["gw"], gateway_port=13903)
+    assert alone["files"]["gateway"] == [{"targets": ["127.0.0.1:13903"], "labels": {"host": "gw", "instance": "gw"}}]
+    far = m.scrape_targets(FLEET, HOSTS, "gw", dict(ADDRESSES, web=None), gateways=["web"])
+    assert far["files"]["gateway"] == [] and any(e.startswith("web (llm_gateway) has no llmfleet_private_address") for e in far["errors"])
+    assert m.scrape_targets(FLEET, HOSTS, "gw", ADDRESSES)["files"]["gateway"] == []
+
+
 def test_a_plan_change_adds_and_removes_targets_and_never_touches_the_configuration():
     before = m.scrape_targets(FLEET, HOSTS, "gw", ADDRESSES)
     fleet = copy.deepcopy(FLEET)
@@ -85,7 +96,7 @@ def test_a_plan_change_adds_and_removes_targets_and_never_touches_the_configurat
     assert [g["labels"]["instance"] for g in after["files"]["vllm"]] == ["e1/qwen-0", "gw/tiny-0"]
     assert len(before["files"]["vllm"]) == 3
     config = m.prometheus_config("/etc/prometheus/llmfleet/targets", ["/etc/prometheus/llmfleet/rules.yml"])
-    assert [j["job_name"] for j in config["scrape_configs"]] == ["prometheus", "vllm", "node", "dcgm", "amd_gpu"]
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["prometheus", "vllm", "node", "dcgm", "amd_gpu", "gateway"]
     assert config["scrape_configs"][1]["file_sd_configs"] == [{"files": ["/etc/prometheus/llmfleet/targets/vllm.json"],
                                                                "refresh_interval": "1m"}]
 
@@ -135,7 +146,8 @@ def test_model_mounts_is_the_longest_mount_holding_the_model_dirs():
 # --- the rules, run by promtool ---
 
 def rules_file(tmp_path, options=None, fleet=None, mounts=None):
-    rules = m.alert_rules(FLEET if fleet is None else fleet, mounts if mounts is not None else {"e1": "/models"}, options)
+    rules = m.alert_rules(FLEET if fleet is None else fleet, mounts if mounts is not None else {"e1": "/models"}, options,
+                          gateways=True)
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rules, sort_keys=False))
     return rules, path
@@ -146,13 +158,13 @@ def test_the_rules_and_the_configuration_pass_promtool_check(tmp_path):
     _rules, rules = rules_file(tmp_path)
     targets = tmp_path / "targets"
     targets.mkdir()
-    for job, groups in m.scrape_targets(FLEET, HOSTS, "gw", ADDRESSES)["files"].items():
+    for job, groups in m.scrape_targets(FLEET, HOSTS, "gw", ADDRESSES, gateways=["gw"])["files"].items():
         (targets / f"{job}.json").write_text(json.dumps(groups))
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(m.prometheus_config(str(targets), [str(rules)])))
     proc = subprocess.run([PROMTOOL, "check", "config", str(config)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 19 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 20 rules found" in proc.stdout + proc.stderr
 
 
 @needs_promtool
@@ -259,6 +271,15 @@ CASES = {
          alert("NodeTextfileStale", "30m", [({"job": "node", "host": "d1", "file": "hy_smi.prom"}, "warning",
                                              "d1: textfile hy_smi.prom not rewritten")]),
          alert("NodeTextfileError", "30m", [])]),
+    "gateway_server_errors": (   # qwen: 2 of 12 requests a minute answered 502 at the gateway; tiny: only 401s and 404s,
+        # which are routed to no model (model="") and are the clients' errors
+        [{"series": 'llmfleet_gateway_requests_total{job="gateway",key_name="a",model="qwen",status="200"}', "values": "0+10x20"},
+         {"series": 'llmfleet_gateway_requests_total{job="gateway",key_name="a",model="qwen",status="502"}', "values": "0+2x20"},
+         {"series": 'llmfleet_gateway_requests_total{job="gateway",key_name="b",model="tiny",status="200"}', "values": "0+10x20"},
+         {"series": 'llmfleet_gateway_requests_total{job="gateway",key_name="",model="",status="401"}', "values": "0+50x20"}],
+        [alert("GatewayServerErrors", "3m", []),
+         alert("GatewayServerErrors", "12m", [({"model": "qwen"}, "warning",
+                                               "gateway: 16.67% of the requests for qwen answered 5xx")])]),
     "exporter_down": (
         [{"series": 'up{job="node",host="web",instance="web"}', "values": "0x10"},
          {"series": 'up{job="node",host="e1",instance="e1"}', "values": "1x10"},
@@ -287,7 +308,7 @@ def test_each_rule_fires_when_it_should_and_not_otherwise(tmp_path, case):
 
 @needs_promtool
 def test_every_alert_the_rules_hold_has_a_case():
-    rules, _path = m.alert_rules(FLEET, {"e1": "/models"}), None
+    rules, _path = m.alert_rules(FLEET, {"e1": "/models"}, gateways=True), None
     names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
     tested = {t["alertname"] for _series, tests in CASES.values() for t in tests}
     assert names == tested
@@ -334,8 +355,10 @@ def test_gpu_rules_only_for_the_vendors_the_plans_hardware_has():
 # --- the dashboards ---
 
 def test_dashboards_use_the_datasource_variable_that_works_for_import_and_provisioning():
-    boards = m.dashboards(FLEET)
-    assert sorted(boards) == ["llmfleet-model-qwen.json", "llmfleet-model-tiny.json", "llmfleet-overview.json"]
+    assert sorted(m.dashboards(FLEET)) == ["llmfleet-model-qwen.json", "llmfleet-model-tiny.json", "llmfleet-overview.json"]
+    boards = m.dashboards(FLEET, gateways=True)
+    assert sorted(boards) == ["llmfleet-gateway.json", "llmfleet-model-qwen.json", "llmfleet-model-tiny.json",
+                              "llmfleet-overview.json"]
     for board in boards.values():
         assert board["templating"]["list"][0] == {"name": "datasource", "type": "datasource", "query": "prometheus",
                                                   "label": "Prometheus", "current": {}, "hide": 0}
@@ -346,7 +369,9 @@ def test_dashboards_use_the_datasource_variable_that_works_for_import_and_provis
         assert len(board["uid"]) <= 40
     qwen = boards["llmfleet-model-qwen.json"]
     assert qwen["templating"]["list"][1]["query"] == "e1/qwen-0,e1/qwen-1"
-    assert len({b["uid"] for b in boards.values()}) == 3
+    assert len({b["uid"] for b in boards.values()}) == 4
+    keyed = [t["expr"] for p in boards["llmfleet-gateway.json"]["panels"] for t in p["targets"]]
+    assert all('job="gateway"' in expr for expr in keyed) and any("key_name" in expr for expr in keyed)
     gpu = [p["title"] for p in boards["llmfleet-overview.json"]["panels"] if "GPU" in p["title"]]
     assert gpu == ["NVIDIA GPU utilization", "NVIDIA GPU temperature"]
 
@@ -354,7 +379,7 @@ def test_dashboards_use_the_datasource_variable_that_works_for_import_and_provis
 @needs_promtool
 def test_every_panel_query_is_promql_once_grafanas_parts_are_replaced(tmp_path):
     """Each query as a recording rule: promtool parses it (a Grafana-only part left in would fail here)."""
-    queries = [q for board in m.dashboards(FLEET).values() for q in m.panel_queries(board, "2m")]
+    queries = [q for board in m.dashboards(FLEET, gateways=True).values() for q in m.panel_queries(board, "2m")]
     assert all("$" not in expr for _title, expr in queries)
     assert any('[2m]' in expr for _title, expr in queries) and any('instance=~".+"' in expr for _title, expr in queries)
     path = tmp_path / "panels.yml"

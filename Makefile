@@ -42,7 +42,7 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
+.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan bench-gateway sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
 
 help:
 	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
@@ -51,6 +51,7 @@ help:
 	@echo "parts: venv images lint sanity units integration crosscheck modelstore molecule build (SCENARIO=name for one)"
 	@echo "prefetch-all - packages, vLLM CPU venvs, wheel folders, lab images (make test runs it in the background)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
+	@echo "bench-gateway - the gateway's token accounting on vs off, TTFT and tok/s side by side"
 	@echo "clean-lab  - remove the lab containers, images, caches and venvs this project made (a fresh machine's state)"
 
 # Pinned tool chain; re-running with an unchanged requirements.txt does nothing.
@@ -150,6 +151,11 @@ modelstore: venv
 # Planning cost over a declared fleet (prints numbers; not part of `make test`).
 bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
+
+# The gateway's token accounting on vs off, side by side on this machine's nginx (prints numbers; not in `make test`).
+bench-gateway: venv
+	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
+	python tests/benchmarks/gateway_accounting.py -n 200 --max-tokens 256
 
 molecule: venv images lab-wheels
 	@# nginx with njs too: vllm_docker's verifier serves an edge from the gateway role's templates on this machine

@@ -2,8 +2,9 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters for the monitoring role over module_utils/_monitoring: monitoring_targets (what Prometheus scrapes, from the plans),
 monitoring_config (prometheus.yml), monitoring_rules (the alert rules), monitoring_dashboards (Grafana JSON),
-monitoring_node_listen (where a host's node exporter listens), monitoring_host (which host runs Prometheus) and
-monitoring_edge_allow (who an edge lets read /metrics); docs in the sidecar YAML files."""
+monitoring_node_listen (where a host's node exporter listens), monitoring_host (which host runs Prometheus),
+monitoring_edge_allow (who an edge lets read /metrics), monitoring_accelerator_reader (what reads a host's accelerators)
+and monitoring_accelerator_unit (its service); docs in the sidecar YAML files."""
 
 from __future__ import annotations
 
@@ -55,6 +56,14 @@ def monitoring_node_listen(host, hostvars, port=m.NODE_EXPORTER_PORT):
     return _call(m.node_exporter_listen, str(host), _addresses([host], hostvars), int(port))
 
 
+def monitoring_accelerator_reader(plan, hyhal_dir="/opt/hyhal"):
+    return _call(m.accelerator_reader, dict(plan or {}), str(hyhal_dir))
+
+
+def monitoring_accelerator_unit(vendor, tool, textfile_dir, interval=15):
+    return _call(m.accelerator_unit, str(vendor), str(tool), str(textfile_dir), int(interval))
+
+
 def monitoring_host(groups):
     return _call(m.monitor_host, dict(groups or {})) or ""
 
@@ -72,4 +81,6 @@ class FilterModule:
     def filters(self):
         return {"monitoring_targets": monitoring_targets, "monitoring_config": monitoring_config, "monitoring_rules": monitoring_rules,
                 "monitoring_dashboards": monitoring_dashboards, "monitoring_node_listen": monitoring_node_listen,
-                "monitoring_host": monitoring_host, "monitoring_edge_allow": monitoring_edge_allow}
+                "monitoring_host": monitoring_host, "monitoring_edge_allow": monitoring_edge_allow,
+                "monitoring_accelerator_reader": monitoring_accelerator_reader,
+                "monitoring_accelerator_unit": monitoring_accelerator_unit}

@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import EngineError, parse_version
 from ._syntax import served_name
+from ._units import Unit, UnitError, render
 
 LOOPBACK = "127.0.0.1"
 METRICS_PATH = "/metrics"
@@ -42,18 +43,23 @@ NODE_EXPORTER_PORT = 9100
 # llmfleet_gateway.mtail); 3903 is mtail's own default port
 GATEWAY_METRICS_PORT = 3903
 # job -> file_sd file name; the configuration lists every job whatever the plans hold, so a plan change never rewrites it
-JOBS = ("vllm", "node", "dcgm", "amd_gpu", "gateway")
+JOBS = ("vllm", "node", "gateway")
 # the jobs of exporters (ExporterDown watches them)
-EXPORTER_JOBS = ("node", "dcgm", "amd_gpu", "gateway")
+EXPORTER_JOBS = ("node", "gateway")
 # where Prometheus runs: the first host of the first of these groups that has one
 MONITOR_GROUPS = ("llm_monitor", "llm_gateway")
-# the accelerator exporter per vendor (dcgm-exporter :9400, NVIDIA/dcgm-exporter README; ROCm device-metrics-exporter
-# :5000, its configuration documentation); Hygon's hy-smi has no exporter: its numbers reach Prometheus as a node exporter textfile
-ACCELERATOR_EXPORTERS: Dict[str, Dict[str, Any]] = {
-    "nvidia": {"job": "dcgm", "port": 9400, "exporter": "dcgm-exporter"},
-    "amd": {"job": "amd_gpu", "port": 5000, "exporter": "device-metrics-exporter"},
-    "hygon": {"job": "node", "port": None, "exporter": "textfile"},
+# Each vendor's own tool, read by roles/monitoring/files/llmfleet-accelerator-metrics into the node exporter's textfile
+# folder (the node job): it comes with the driver, where the vendors' exporters (dcgm-exporter, AMD's
+# device-metrics-exporter) come from registries and repositories a fleet may not reach. The folders it is looked for in
+# besides PATH: NVIDIA's container images put nvidia-smi in /usr/local/nvidia/bin; ROCm in /opt/rocm/bin; Hygon's in the
+# hyhal folder (llmfleet_hyhal_dir, /opt/hyhal by default).
+ACCELERATOR_TOOLS: Dict[str, Dict[str, Any]] = {
+    "nvidia": {"tool": "nvidia-smi", "dirs": ["/usr/bin", "/usr/local/nvidia/bin"]},
+    "amd": {"tool": "rocm-smi", "dirs": ["/opt/rocm/bin"]},
+    "hygon": {"tool": "hy-smi", "dirs": []},
 }
+ACCELERATOR_TEXTFILE = "llmfleet_accelerators.prom"
+ACCELERATOR_READER = "/usr/local/libexec/llmfleet-accelerator-metrics"
 # how long each condition must hold before its alert fires (Prometheus `for:`), and the thresholds; the role's defaults
 # say the same (monitoring_alert_for, monitoring_thresholds)
 ALERT_FOR: Dict[str, str] = {"down": "2m", "kv_cache": "5m", "queued": "5m", "ttft": "10m", "errors": "5m", "preemptions": "15m",
@@ -202,7 +208,7 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
       (edge.address:port, path /metrics), which must let in the monitoring host's private address for /metrics
       (`edge_metrics_allow`, per engine host); an instance elsewhere without an edge cannot be reached: `errors`.
     - a node exporter on every host of `hosts` (node_exporter_listen, on `node_port`);
-    - the accelerator exporter its plan's hardware calls for (ACCELERATOR_EXPORTERS) on the host's private address;
+    - the accelerators its plan's hardware lists, read with the vendor's tool into the node exporter (ACCELERATOR_TOOLS);
     - the gateway counters (mtail) of every host of `gateways`, on `gateway_port` (node_exporter_listen).
     Labels: host, and for vLLM deployment, served_model, instance (host/instance), engine_version."""
     instances, warnings = plan_instances(plans)
@@ -240,13 +246,8 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
             continue
         files["node"].append({"targets": [node_exporter_listen(host, addresses, node_port)], "labels": {"host": host, "instance": host}})
         for vendor in accelerator_vendors(plans.get(host) or {}):
-            exporter = ACCELERATOR_EXPORTERS.get(vendor)
-            if exporter is None:
-                continue
-            accelerators.append({"host": host, "vendor": vendor, "exporter": exporter["exporter"], "job": exporter["job"]})
-            if exporter["port"]:
-                files[exporter["job"]].append({"targets": [hostport(address or LOOPBACK, exporter["port"])],
-                                               "labels": {"host": host, "instance": host, "vendor": vendor}})
+            if vendor in ACCELERATOR_TOOLS:
+                accelerators.append({"host": host, "vendor": vendor, "tool": ACCELERATOR_TOOLS[vendor]["tool"], "job": "node"})
     for host in sorted(set(gateways)):
         if _address(host, addresses) is None and host != monitor_host:
             errors.append(f"{host} (llm_gateway) has no llmfleet_private_address: its gateway counters are served there for "
@@ -257,6 +258,43 @@ def scrape_targets(plans: Mapping[str, Mapping[str, Any]], hosts: Sequence[str],
     errors += [f"{host}: not in the fleet's hosts but planned" for host in sorted(set(plans) - set(hosts))]
     return {"files": files, "edge_metrics_allow": {h: sorted(a) for h, a in sorted(allow.items())},
             "accelerators": accelerators, "errors": errors, "warnings": warnings}
+
+
+def accelerator_reader(plan: Mapping[str, Any], hyhal_dir: str = "/opt/hyhal") -> Dict[str, Any]:
+    """What reads this host's accelerators: {vendor, tool, dirs} (the folders the tool is looked for in besides PATH), or {}
+    on a host whose plan lists none. A host with accelerators of two vendors is read for the first (such a host does not
+    serve one model across both)."""
+    for vendor in accelerator_vendors(plan):
+        if vendor in ACCELERATOR_TOOLS:
+            found = dict(ACCELERATOR_TOOLS[vendor])
+            dirs = list(found["dirs"]) + ([f"{str(hyhal_dir).rstrip('/')}/bin"] if vendor == "hygon" else [])
+            return {"vendor": vendor, "tool": found["tool"], "dirs": dirs}
+    return {}
+
+
+def accelerator_unit(vendor: str, tool: str, textfile_dir: str, interval_s: int = 15) -> str:
+    """The service that runs the reader every `interval_s` seconds (ACCELERATOR_READER --every), writing
+    <textfile_dir>/ACCELERATOR_TEXTFILE; as root (the DCU tools need it), without new privileges, the file system
+    read-only but for the textfile folder."""
+    if vendor not in ACCELERATOR_TOOLS:
+        raise MonitoringError(f"vendor={vendor!r}: no reader for it; known: {', '.join(sorted(ACCELERATOR_TOOLS))}")
+    if not str(tool).startswith("/") or not str(textfile_dir).startswith("/"):
+        raise MonitoringError(f"the accelerator reader needs absolute paths, got tool={tool!r} textfile_dir={textfile_dir!r}")
+    if not 1 <= int(interval_s) <= 3600:
+        raise MonitoringError(f"monitoring_accelerator_interval={interval_s!r}: give 1 to 3600 seconds")
+    folder = str(textfile_dir).rstrip("/")
+    try:
+        return render(Unit(
+            comments=("Managed by llmfleet.serving (role monitoring): edits are overwritten.",),
+            description=f"Read this host's {vendor} accelerators with {tool} for the node exporter (llmfleet.serving)",
+            unit=(("After", "local-fs.target"),),
+            service=(("Type", "simple"), ("Restart", "always"), ("RestartSec", "10"), ("NoNewPrivileges", "yes"),
+                     ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("ReadWritePaths", folder)),
+            # python3 named here: Debian has no `python` unless python-is-python3 is installed
+            exec_start=["/usr/bin/python3", ACCELERATOR_READER, "--vendor", vendor, "--tool", str(tool), "--out", f"{folder}/{ACCELERATOR_TEXTFILE}",
+                        "--every", str(int(interval_s))]))
+    except UnitError as exc:
+        raise MonitoringError(f"the accelerator reader's unit cannot carry this value: {exc}") from exc
 
 
 def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -403,18 +441,18 @@ def _fleet_rules(plans: Mapping[str, Mapping[str, Any]], mounts: Mapping[str, st
                  limits: Mapping[str, Any]) -> List[Dict[str, Any]]:
     rules = [_rule("ExporterDown", f'up{{job=~"{"|".join(EXPORTER_JOBS)}"}} == 0', windows["exporter"], "warning",
                    "{{ $labels.job }} exporter on {{ $labels.host }} does not answer")]
-    vendors = {v for plan in plans.values() for v in accelerator_vendors(plan)}
-    if "nvidia" in vendors:
-        rules.append(_rule("GpuTemperatureHigh", f'DCGM_FI_DEV_GPU_TEMP{{job="dcgm"}} > {limits["gpu_temperature_c"]}',
-                           windows["gpu"], "warning", "{{ $labels.host }} GPU {{ $labels.gpu }}: {{ $value }} C"))
-        rules.append(_rule("GpuEccUncorrectable", 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{job="dcgm"} > 0', "0s", "critical",
-                           "{{ $labels.host }} GPU {{ $labels.gpu }}: uncorrectable ECC errors since the driver loaded"))
-    if "amd" in vendors:
-        temp = '(gpu_junction_temperature{job="amd_gpu"} or gpu_edge_temperature{job="amd_gpu"})'
-        rules.append(_rule("GpuTemperatureHigh", f'{temp} > {limits["gpu_temperature_c"]}', windows["gpu"], "warning",
-                           "{{ $labels.host }} GPU {{ $labels.gpu_id }}: {{ $value }} C"))
-        rules.append(_rule("GpuEccUncorrectable", 'gpu_ecc_uncorrect_total{job="amd_gpu"} > 0', "0s", "critical",
-                           "{{ $labels.host }} GPU {{ $labels.gpu_id }}: uncorrectable ECC errors"))
+    if any(accelerator_vendors(plan) for plan in plans.values()):
+        acc = 'job="node"'
+        where = "{{ $labels.host }} {{ $labels.vendor }} {{ $labels.gpu }}"
+        rules.append(_rule("GpuTemperatureHigh", f'llmfleet_accelerator_temperature_celsius{{{acc}}} > {limits["gpu_temperature_c"]}',
+                           windows["gpu"], "warning", where + ": {{ $value }} C"))
+        rules.append(_rule("GpuEccUncorrectable", f"llmfleet_accelerator_ecc_uncorrected_errors{{{acc}}} > 0", "0s", "critical",
+                           where + ": uncorrectable ECC errors since the driver loaded"))
+        rules.append(_rule("GpuThrottled", f"llmfleet_accelerator_throttled{{{acc}}} == 1", windows["gpu"], "warning",
+                           where + ": power or heat holds the clocks back"))
+        rules.append(_rule("AcceleratorReadFailed", f"llmfleet_accelerator_read_ok{{{acc}}} == 0", windows["exporter"], "warning",
+                           "{{ $labels.host }}: the vendor's tool does not answer "
+                           "(journalctl -u llmfleet-accelerator-metrics on the host)"))
     for host in sorted(mounts):
         sel = f'job="node",host={_q(host)},mountpoint={_q(mounts[host])}'
         rules.append(_rule("ModelDiskSpaceLow",
@@ -513,14 +551,15 @@ def overview_dashboard(plans: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]
         ("Host memory available", [('node_memory_MemAvailable_bytes{job="node"} / node_memory_MemTotal_bytes{job="node"}',
                                     "{{host}}")], "percentunit"),
     ]
-    vendors = {v for plan in plans.values() for v in accelerator_vendors(plan)}
-    if "nvidia" in vendors:
-        panels += [("NVIDIA GPU utilization", [('DCGM_FI_DEV_GPU_UTIL{job="dcgm"}', "{{host}} GPU {{gpu}}")], "percent"),
-                   ("NVIDIA GPU temperature", [('DCGM_FI_DEV_GPU_TEMP{job="dcgm"}', "{{host}} GPU {{gpu}}")], "celsius")]
-    if "amd" in vendors:
-        panels += [("AMD GPU activity", [('gpu_gfx_activity{job="amd_gpu"}', "{{host}} GPU {{gpu_id}}")], "percent"),
-                   ("AMD GPU temperature", [('gpu_junction_temperature{job="amd_gpu"} or gpu_edge_temperature{job="amd_gpu"}',
-                                             "{{host}} GPU {{gpu_id}}")], "celsius")]
+    if any(accelerator_vendors(plan) for plan in plans.values()):
+        acc = 'job="node"'
+        legend = "{{host}} {{vendor}} {{gpu}}"
+        panels += [("Accelerator utilization", [(f"llmfleet_accelerator_utilization_ratio{{{acc}}}", legend)], "percentunit"),
+                   ("Accelerator memory used",
+                    [(f"llmfleet_accelerator_memory_used_bytes{{{acc}}} / llmfleet_accelerator_memory_total_bytes{{{acc}}} "
+                      f"or llmfleet_accelerator_memory_used_ratio{{{acc}}}", legend)], "percentunit"),
+                   ("Accelerator temperature", [(f"llmfleet_accelerator_temperature_celsius{{{acc}}}", legend)], "celsius"),
+                   ("Accelerator power", [(f"llmfleet_accelerator_power_watts{{{acc}}}", legend)], "watt")]
     return _dashboard(_uid("fleet", "overview"), "llmfleet: fleet overview", panels)
 
 

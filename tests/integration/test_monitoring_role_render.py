@@ -84,3 +84,27 @@ def test_an_unreachable_instance_fails_before_any_file_naming_the_fix(tmp_path):
     assert "mon (llm_monitor) has no llmfleet_private_address" in failed["msg"]
     assert not (tmp_path / "etc" / "llmfleet" / "rules.yml").exists()
     assert os.listdir(tmp_path / "etc" / "llmfleet") == []
+
+
+def test_the_node_exporter_entry_point_reads_the_accelerators_its_hosts_plan_lists(tmp_path):
+    """The reader is worked out from each host's own plan (an NVIDIA host, a Hygon host with its hyhal folder, a CPU host);
+    nothing else of the entry point runs (--tags: only its `always` steps)."""
+    (tmp_path / "plans").mkdir()
+    for host, vendor in (("gpu1", "nvidia"), ("dcu1", "hygon"), ("cpu1", None)):
+        body = plan(host, [("tiny-0", 8002)])
+        body["hardware"] = {"accelerators": [{"vendor": vendor, "index": 0}] if vendor else []}
+        (tmp_path / "plans" / f"{host}.json").write_text(json.dumps(body))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False}
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"all": {"children": {"llm_serve": {"hosts": {
+        "gpu1": local, "dcu1": dict(local, llmfleet_hyhal_dir="/data/hyhal"), "cpu1": local}}}}}))
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_ansible("ansible-playbook", "tests/integration/playbooks/monitoring_accelerator_reader.yml", "-i", str(inventory),
+                         "--tags", "none_of_the_roles", with_inventory=False,
+                         extra_vars={"monitoring_plan_dir": str(tmp_path / "plans"), "reader_out": str(out)})
+    assert all(s["failures"] == 0 for s in result["stats"].values()), json.dumps(result)[-3000:]
+    got = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert got == {"gpu1": {"vendor": "nvidia", "tool": "nvidia-smi", "dirs": ["/usr/bin", "/usr/local/nvidia/bin"]},
+                   "dcu1": {"vendor": "hygon", "tool": "hy-smi", "dirs": ["/data/hyhal/bin"]},
+                   "cpu1": {}}, got

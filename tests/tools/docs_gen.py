@@ -407,6 +407,8 @@ FIXES: Dict[str, str] = {
     "is not a version like": "Write engine.version as MAJOR.MINOR.PATCH, e.g. \"0.18.0\".",
     "is not an IP address": "Set llmfleet_private_address to the host's private IPv4/IPv6 address.",
     "is not an address or network": "Write each entry of the named list as an address or CIDR network (10.0.0.0/8).",
+    "the accelerator reader's unit cannot carry this value": "The tool's path found on the host holds a character systemd "
+                                                             "cannot take: install the vendor's tool in a plain path.",
     "is after today": "Give usage_to as today or an earlier day (UTC), or leave it out for today.",
     "days: at most": "Split the period into parts of at most 366 days and run playbooks/usage.yml for each.",
     "the day has not started yet": "Give usage_to as today or an earlier day (UTC).",

@@ -73,7 +73,9 @@ LAYERS: Dict[str, Set[str]] = {
     "_verify": {"_engine", "_pooling"}, "_reach": {"_verify", "_monitoring"},
     "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
-    "_monitoring": {"_engine", "_syntax"},
+    "_monitoring": {"_engine", "_syntax", "_units"},
+    # reads the gateway log and Prometheus answers: no plan
+    "_usage": set(),
 }
 
 

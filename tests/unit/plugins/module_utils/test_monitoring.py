@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pathlib
 import shutil
 import subprocess
 
@@ -63,18 +64,42 @@ def test_vllm_targets_go_through_the_edge_or_loopback_on_the_monitoring_host_wit
     assert out["edge_metrics_allow"] == {"e1": ["10.0.0.10"]}
 
 
-def test_node_exporters_on_every_host_and_the_accelerator_exporter_the_hardware_calls_for():
+def test_node_exporters_on_every_host_and_the_accelerators_read_into_them_with_the_vendors_tool():
     fleet = dict(FLEET, d1=plan("d1", [], {"accelerators": [{"vendor": "hygon"}]}),
                  a1=plan("a1", [], {"accelerators": [{"vendor": "amd"}, {"vendor": "amd"}]}))
     out = m.scrape_targets(fleet, HOSTS + ["d1", "a1"], "gw", dict(ADDRESSES, d1="10.0.0.21", a1="10.0.0.22"))
     assert [(g["targets"], g["labels"]["host"]) for g in out["files"]["node"]] == [
         (["10.0.0.22:9100"], "a1"), (["10.0.0.21:9100"], "d1"), (["10.0.0.11:9100"], "e1"), (["10.0.0.10:9100"], "gw"),
         (["10.0.0.12:9100"], "web")]
-    assert out["files"]["dcgm"] == [{"targets": ["10.0.0.11:9400"], "labels": {"host": "e1", "instance": "e1", "vendor": "nvidia"}}]
-    assert out["files"]["amd_gpu"] == [{"targets": ["10.0.0.22:5000"], "labels": {"host": "a1", "instance": "a1", "vendor": "amd"}}]
-    # Hygon: hy-smi's numbers come as a node exporter textfile, no target of their own; a CPU host has none
-    assert {(a["host"], a["exporter"]) for a in out["accelerators"]} == {
-        ("a1", "device-metrics-exporter"), ("d1", "textfile"), ("e1", "dcgm-exporter")}
+    # every vendor's numbers come as a node exporter textfile, no target of their own; a CPU host has none
+    assert sorted(out["files"]) == ["gateway", "node", "vllm"]
+    assert {(a["host"], a["tool"], a["job"]) for a in out["accelerators"]} == {
+        ("a1", "rocm-smi", "node"), ("d1", "hy-smi", "node"), ("e1", "nvidia-smi", "node")}
+
+
+def test_the_accelerator_reader_follows_the_plans_hardware_and_its_unit_passes_systemd(tmp_path):
+    assert m.accelerator_reader(FLEET["e1"]) == {"vendor": "nvidia", "tool": "nvidia-smi", "dirs": ["/usr/bin", "/usr/local/nvidia/bin"]}
+    assert m.accelerator_reader(plan("d1", [], {"accelerators": [{"vendor": "hygon"}]}), "/data/hyhal/") == {
+        "vendor": "hygon", "tool": "hy-smi", "dirs": ["/data/hyhal/bin"]}
+    assert m.accelerator_reader(FLEET["gw"]) == {}
+    unit = m.accelerator_unit("nvidia", "/usr/local/nvidia/bin/nvidia-smi", "/var/lib/prometheus/node-exporter/", 15)
+    assert ("ExecStart=/usr/bin/python3 /usr/local/libexec/llmfleet-accelerator-metrics --vendor nvidia --tool /usr/local/nvidia/bin/nvidia-smi "
+            "--out /var/lib/prometheus/node-exporter/llmfleet_accelerators.prom --every 15") in unit.splitlines()
+    assert "ReadWritePaths=/var/lib/prometheus/node-exporter" in unit.splitlines()
+    # the role's copy of the reader's path is the module's
+    role_vars = (pathlib.Path(__file__).resolve().parents[4] / "roles" / "monitoring" / "vars" / "main.yml").read_text()
+    assert f"__monitoring_accelerator_reader: {m.ACCELERATOR_READER}" in role_vars.splitlines()
+    reader = tmp_path / "llmfleet-accelerator-metrics"
+    reader.write_text("#!/bin/sh\n")
+    reader.chmod(0o755)
+    (tmp_path / "llmfleet-accelerator-metrics.service").write_text(unit.replace(m.ACCELERATOR_READER, str(reader)))
+    verify = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "llmfleet-accelerator-metrics.service")],
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with pytest.raises(m.MonitoringError, match="no reader for it"):
+        m.accelerator_unit("intel", "/usr/bin/xpu-smi", "/var/lib/prometheus/node-exporter")
+    with pytest.raises(m.MonitoringError, match="monitoring_accelerator_interval=0"):
+        m.accelerator_unit("nvidia", "/usr/bin/nvidia-smi", "/var/lib/prometheus/node-exporter", 0)
 
 
 def test_each_gateway_hosts_counters_on_its_private_address_else_loopback_on_the_monitoring_host():
@@ -96,7 +121,7 @@ def test_a_plan_change_adds_and_removes_targets_and_never_touches_the_configurat
     assert [g["labels"]["instance"] for g in after["files"]["vllm"]] == ["e1/qwen-0", "gw/tiny-0"]
     assert len(before["files"]["vllm"]) == 3
     config = m.prometheus_config("/etc/prometheus/llmfleet/targets", ["/etc/prometheus/llmfleet/rules.yml"])
-    assert [j["job_name"] for j in config["scrape_configs"]] == ["prometheus", "vllm", "node", "dcgm", "amd_gpu", "gateway"]
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["prometheus", "vllm", "node", "gateway"]
     assert config["scrape_configs"][1]["file_sd_configs"] == [{"files": ["/etc/prometheus/llmfleet/targets/vllm.json"],
                                                                "refresh_interval": "1m"}]
 
@@ -164,7 +189,7 @@ def test_the_rules_and_the_configuration_pass_promtool_check(tmp_path):
     config.write_text(yaml.safe_dump(m.prometheus_config(str(targets), [str(rules)])))
     proc = subprocess.run([PROMTOOL, "check", "config", str(config)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 20 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 22 rules found" in proc.stdout + proc.stderr
 
 
 @needs_promtool
@@ -204,6 +229,10 @@ def alert(name, eval_time, fired):
 QWEN = {"served_model": "qwen"}
 Q0 = dict(QWEN, instance="e1/qwen-0")
 Q1 = dict(QWEN, instance="e1/qwen-1")
+G0 = {"job": "node", "host": "e1", "vendor": "nvidia", "gpu": "0"}
+G1 = dict(G0, gpu="1")
+GPU0 = 'job="node",host="e1",vendor="nvidia",gpu="0"'
+GPU1 = 'job="node",host="e1",vendor="nvidia",gpu="1"'
 # each case: input series and the alert tests on them (firing and not firing), with the rules' default windows
 CASES = {
     "instance_down": (
@@ -246,15 +275,23 @@ CASES = {
         [series("vllm:num_preemptions_total", "e1/qwen-0", "0+1x30"), series("vllm:num_preemptions_total", "e1/qwen-1", "3x30")],
         [alert("VllmPreempting", "10m", []),
          alert("VllmPreempting", "25m", [(Q0, "warning", "e1/qwen-0: preempts requests (KV cache too small for the load)")])]),
-    "gpu": (
-        [{"series": 'DCGM_FI_DEV_GPU_TEMP{job="dcgm",host="e1",gpu="0"}', "values": "90x10"},
-         {"series": 'DCGM_FI_DEV_GPU_TEMP{job="dcgm",host="e1",gpu="1"}', "values": "60x10"},
-         {"series": 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{job="dcgm",host="e1",gpu="1"}', "values": "0 0 2"},
-         {"series": 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{job="dcgm",host="e1",gpu="0"}', "values": "0 0 0"}],
-        [alert("GpuTemperatureHigh", "6m", [({"job": "dcgm", "host": "e1", "gpu": "0"}, "warning", "e1 GPU 0: 90 C")]),
+    "gpu": (   # the reader's textfile, through the node exporter
+        [{"series": f'llmfleet_accelerator_temperature_celsius{{{GPU0}}}', "values": "90x10"},
+         {"series": f'llmfleet_accelerator_temperature_celsius{{{GPU1}}}', "values": "60x10"},
+         {"series": f'llmfleet_accelerator_ecc_uncorrected_errors{{{GPU1}}}', "values": "0 0 2"},
+         {"series": f'llmfleet_accelerator_ecc_uncorrected_errors{{{GPU0}}}', "values": "0 0 0"},
+         {"series": f'llmfleet_accelerator_throttled{{{GPU0}}}', "values": "0 0 1 1 1 1 1 1 1 1"},
+         {"series": f'llmfleet_accelerator_throttled{{{GPU1}}}', "values": "0 1 0 1 0 1 0 1 0 1"},
+         {"series": 'llmfleet_accelerator_read_ok{job="node",host="e1"}', "values": "1x10"},
+         {"series": 'llmfleet_accelerator_read_ok{job="node",host="d1"}', "values": "1 1 0 0 0 0 0 0 0 0"}],
+        [alert("GpuTemperatureHigh", "6m", [(dict(G0), "warning", "e1 nvidia 0: 90 C")]),
          alert("GpuEccUncorrectable", "1m", []),
-         alert("GpuEccUncorrectable", "2m", [({"job": "dcgm", "host": "e1", "gpu": "1"}, "critical",
-                                              "e1 GPU 1: uncorrectable ECC errors since the driver loaded")])]),
+         alert("GpuEccUncorrectable", "2m", [(dict(G1), "critical", "e1 nvidia 1: uncorrectable ECC errors since the driver loaded")]),
+         alert("GpuThrottled", "8m", [(dict(G0), "warning", "e1 nvidia 0: power or heat holds the clocks back")]),
+         alert("AcceleratorReadFailed", "6m", []),
+         alert("AcceleratorReadFailed", "8m", [({"job": "node", "host": "d1"}, "warning",
+                                                "d1: the vendor's tool does not answer (journalctl -u llmfleet-accelerator-metrics "
+                                                "on the host)")])]),
     "disk": (   # only e1's model mount counts; / filling up on e1 is not this alert's business
         [{"series": 'node_filesystem_avail_bytes{job="node",host="e1",mountpoint="/models"}', "values": "5x20"},
          {"series": 'node_filesystem_size_bytes{job="node",host="e1",mountpoint="/models"}', "values": "100x20"},
@@ -372,8 +409,9 @@ def test_dashboards_use_the_datasource_variable_that_works_for_import_and_provis
     assert len({b["uid"] for b in boards.values()}) == 4
     keyed = [t["expr"] for p in boards["llmfleet-gateway.json"]["panels"] for t in p["targets"]]
     assert all('job="gateway"' in expr for expr in keyed) and any("key_name" in expr for expr in keyed)
-    gpu = [p["title"] for p in boards["llmfleet-overview.json"]["panels"] if "GPU" in p["title"]]
-    assert gpu == ["NVIDIA GPU utilization", "NVIDIA GPU temperature"]
+    gpu = [p["title"] for p in boards["llmfleet-overview.json"]["panels"] if "Accelerator" in p["title"]]
+    assert gpu == ["Accelerator utilization", "Accelerator memory used", "Accelerator temperature", "Accelerator power"]
+    assert not [p for p in m.dashboards({"gw": FLEET["gw"]})["llmfleet-overview.json"]["panels"] if "Accelerator" in p["title"]]
 
 
 @needs_promtool

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -184,17 +185,19 @@ def models_list(models: Sequence[str]) -> Dict[str, Any]:
     return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "llmfleet"} for m in models]}
 
 
-def api_keys(keys: Any) -> List[Dict[str, str]]:
-    """Checked gateway_api_keys ([{name, key}]) as [{name, sha256}]: what the gateway stores. The key
-    itself never appears in a message."""
+def api_keys(keys: Any) -> List[Dict[str, Any]]:
+    """Checked gateway_api_keys ([{name, key, models?}]) as [{name, sha256, models?}]: what the gateway stores. The key
+    itself never appears in a message. `models`, when given, is the served models the key may use (key_scopes checks
+    them against the plans)."""
     if not isinstance(keys, list) or not keys:
         raise GatewayError(f"gateway_api_keys must be a non-empty list of {{name, key}}, got {type(keys).__name__}")
-    out: List[Dict[str, str]] = []
+    out: List[Dict[str, Any]] = []
     names = set()
     digests = set()
     for i, item in enumerate(keys):
-        if not isinstance(item, Mapping) or set(item) != {"name", "key"}:
-            raise GatewayError(f"gateway_api_keys[{i}] must have exactly name and key")
+        if not isinstance(item, Mapping) or not {"name", "key"} <= set(item) or set(item) - {"name", "key", "models"}:
+            raise GatewayError(f"gateway_api_keys[{i}] must have name and key, and may have models (the served models it may "
+                               f"use); it has {sorted(str(k) for k in item) if isinstance(item, Mapping) else type(item).__name__}")
         name, key = str(item["name"]), str(item["key"])
         if not NAME_RE.match(name):
             raise GatewayError(f"gateway_api_keys[{i}].name={name!r} must be 1-64 letters, digits, '.', '_' or '-'")
@@ -205,8 +208,34 @@ def api_keys(keys: Any) -> List[Dict[str, str]]:
             raise GatewayError(f"gateway_api_keys[{i}] ({name}): names and keys must be unique")
         names.add(name)
         digests.add(digest)
-        out.append({"name": name, "sha256": digest})
+        entry: Dict[str, Any] = {"name": name, "sha256": digest}
+        if "models" in item:
+            models = item["models"]
+            if not isinstance(models, list) or not models or not all(isinstance(m, str) and m.strip() for m in models):
+                raise GatewayError(f"gateway_api_keys[{i}] ({name}).models must be a non-empty list of served model names "
+                                   f"(leave models out for a key that may use every model), got {models!r}")
+            entry["models"] = sorted({m.strip() for m in models})
+        out.append(entry)
     return out
+
+
+def key_scopes(keys: Sequence[Mapping[str, Any]], model: Mapping[str, Any]) -> Dict[str, Any]:
+    """Which served models each key with `models` may use, checked against what the plans serve (gateway_model), and
+    the /v1/models answer each such key gets: {allowed: {name: [model]}, models: {name: JSON text}}. A key without
+    `models` may use every model and is in neither."""
+    served = [str(m["id"]) for m in (model.get("models") or {}).get("data") or []]
+    allowed: Dict[str, List[str]] = {}
+    listed: Dict[str, str] = {}
+    for key in keys:
+        if "models" not in key:
+            continue
+        unknown = [m for m in key["models"] if m not in served]
+        if unknown:
+            raise GatewayError(f"gateway_api_keys ({key['name']}).models names {', '.join(unknown)}, which no plan serves; "
+                               f"the served models are {', '.join(served) or 'none'}: fix the name or plan the model")
+        allowed[str(key["name"])] = list(key["models"])
+        listed[str(key["name"])] = json.dumps(models_list(list(key["models"])))
+    return {"allowed": allowed, "models": listed}
 
 
 def client_policy(options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:

@@ -53,6 +53,12 @@ function route(r) {
         fail(r, 404, 'The model `' + model + '` does not exist.', 'invalid_request_error', 'model_not_found');
         return;
     }
+    var allowed = Object.prototype.hasOwnProperty.call(data.allowed, r.variables.llmfleet_key_name)
+        ? data.allowed[r.variables.llmfleet_key_name] : null;
+    if (allowed && allowed.indexOf(model) < 0) {
+        fail(r, 403, 'This API key may not use the model `' + model + '`.', 'invalid_request_error', 'model_not_allowed');
+        return;
+    }
     r.variables.llmfleet_model = model;
     if (r.variables.llmfleet_usage_accounting === '1') {
         r.variables.llmfleet_body = forwarded(r, body);
@@ -187,8 +193,10 @@ function models(r) {
     if (!authorized(r)) {
         return;
     }
+    // a key limited to some models lists only those
+    var name = r.variables.llmfleet_key_name;
     r.headersOut['Content-Type'] = 'application/json';
-    r.return(200, data.models);
+    r.return(200, Object.prototype.hasOwnProperty.call(data.keyModels, name) ? data.keyModels[name] : data.models);
 }
 
 export default {keyName, route, models, usage};

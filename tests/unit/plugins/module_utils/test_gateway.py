@@ -90,7 +90,7 @@ def test_keys_become_names_and_digests_and_never_appear_in_errors():
 @pytest.mark.parametrize("keys, match", [
     ([], "non-empty list"),
     ("k", "non-empty list"),
-    ([{"name": "a"}], "exactly name and key"),
+    ([{"name": "a"}], "must have name and key"),
     ([{"name": "a b", "key": "k" * 32}], "name="),
     ([{"name": "a", "key": "short"}], "16-256"),
     ([{"name": "a", "key": 'has"quote' + "k" * 20}], "16-256"),
@@ -145,8 +145,11 @@ def test_the_filters_read_hostvars_and_turn_errors_into_filter_errors(tmp_path):
     with pytest.raises(AnsibleFilterError, match="16-256"):
         gateway_filter.gateway_api_keys([{"name": "a", "key": "x"}])
     assert set(gateway_filter.FilterModule().filters()) == {"gateway_plans", "gateway_model", "gateway_api_keys",
-                                                            "gateway_addresses", "gateway_edge", "gateway_client_policy",
-                                                            "gateway_settings"}
+                                                            "gateway_key_scopes", "gateway_addresses", "gateway_edge",
+                                                            "gateway_client_policy", "gateway_settings"}
+    with pytest.raises(AnsibleFilterError, match="which no plan serves"):
+        gateway_filter.gateway_key_scopes(gw.api_keys([{"name": "a", "key": "k" * 32, "models": ["nope"]}]),
+                                          gateway_filter.gateway_model(plans, "gw"))
     with pytest.raises(AnsibleFilterError, match="gateway_key_max_conns"):
         gateway_filter.gateway_client_policy({"key_max_conns": -1})
     with pytest.raises(AnsibleFilterError, match="a mapping"):
@@ -185,6 +188,8 @@ def _render(tmp_path, model, edge=None, webui=None, tls_dir=None, **values):
            "__gateway_tls_enabled": bool(tls_dir), "__gateway_tls_dir": str(tls_dir), "gateway_tls_listen": ["127.0.0.1:18443 ssl"],
            "__gateway_client_policy": gw.client_policy(), "gateway_usage_accounting": False}
     ctx.update(values)
+    if not edge and "__gateway_scopes" not in ctx:   # what the role works out from the keys and the plans
+        ctx["__gateway_scopes"] = gw.key_scopes(ctx["__gateway_keys"], model)
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else
                  {"gateway.conf.j2": "llmfleet/gateway.conf", "engine_auth.inc.j2": "llmfleet/engine_auth.inc",

@@ -16,6 +16,7 @@ import threading
 import urllib.error
 import urllib.request
 
+import pytest
 import testinfra
 
 EPHEMERAL = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
@@ -25,6 +26,7 @@ GATEWAY = "http://172.30.77.10"
 ADDRESS = {"llmfleet-fleet-engine1": "172.30.77.11", "llmfleet-fleet-engine2": "172.30.77.12", "llmfleet-fleet-gateway": "172.30.77.10"}
 LOAD_KEY = "lab-load-key-0123456789abcdef"
 BURST_KEY = "lab-burst-key-0123456789abcdef"
+SCOPED_KEY = "lab-scoped-key-0123456789abcdef"
 ACCESS_LOG = "/var/log/nginx/llmfleet-gateway.access.log"
 
 
@@ -241,6 +243,25 @@ def test_32_concurrent_requests_spread_over_both_instances_of_tiny_a():
     assert sum(counts.values()) == 32 and len(counts) == 2
     for count in counts.values():
         assert 12 <= count <= 20, counts  # 16 +- 25 %
+
+
+def test_a_key_limited_to_one_model_with_the_openai_client():
+    """gateway_api_keys[].models (issue 37) on the real engines: the key `scoped` may use tiny-b only. The official
+    client sees one model, gets its answer from tiny-b, and raises PermissionDeniedError (403, model_not_allowed) on
+    tiny-a, which no engine receives."""
+    import openai  # pylint: disable=import-outside-toplevel  # requirements.txt
+    client = openai.OpenAI(base_url=GATEWAY + "/v1", api_key=SCOPED_KEY, timeout=120, max_retries=0)
+    assert [m.id for m in client.models.list()] == ["tiny-b"]
+    answer = client.chat.completions.create(model="tiny-b", messages=[{"role": "user", "content": "Say hi"}], max_tokens=4)
+    assert answer.model == "tiny-b" and answer.usage.completion_tokens >= 1
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        client.chat.completions.create(model="tiny-a", messages=[{"role": "user", "content": "Say hi"}], max_tokens=4)
+    print(f"[fleet] scoped key on tiny-a: HTTP {refused.value.status_code} {json.dumps(refused.value.body)}")
+    assert refused.value.status_code == 403 and refused.value.body["code"] == "model_not_allowed"
+    gateway = host("llmfleet-fleet-gateway")
+    recent = [json.loads(line) for line in gateway.file(ACCESS_LOG).content_string.splitlines()[-20:]]
+    refused_lines = [x for x in recent if x["key_name"] == "scoped" and x["status"] == "403"]
+    assert len(refused_lines) == 1 and refused_lines[0]["model"] == "" and not refused_lines[0]["upstream_status"], refused_lines
 
 
 def test_a_burst_over_the_limit_gets_429():

@@ -58,6 +58,9 @@ NGINX_TIME = re.compile(r"^\d+(ms|s|m|h|d|w|M|y)?$")
 # the other kinds of value the gateway's templates write as they are (ngx_parse_size: bytes, k or m; limit_req_zone's rate)
 NGINX_SIZE = re.compile(r"^\d+[kKmMgG]?$")
 NGINX_RATE = re.compile(r"^\d+r/[sm]$")
+# what an entry of gateway_api_keys may hold: its name and key, the served models it may use, its own request rate
+# (and burst) and requests in flight
+KEY_FIELDS = frozenset({"name", "key", "models", "rate", "burst", "max_conns"})
 # The gateway role's variables its nginx templates write as they are, by kind (gateway_extra_http_config is nginx text by
 # design, validated by `nginx -t` with the rest): each must be what the kind says, one word nginx reads back unchanged.
 SETTING_KINDS: Dict[str, str] = {
@@ -195,9 +198,9 @@ def api_keys(keys: Any) -> List[Dict[str, Any]]:
     names = set()
     digests = set()
     for i, item in enumerate(keys):
-        if not isinstance(item, Mapping) or not {"name", "key"} <= set(item) or set(item) - {"name", "key", "models"}:
-            raise GatewayError(f"gateway_api_keys[{i}] must have name and key, and may have models (the served models it may "
-                               f"use); it has {sorted(str(k) for k in item) if isinstance(item, Mapping) else type(item).__name__}")
+        if not isinstance(item, Mapping) or not {"name", "key"} <= set(item) or set(item) - KEY_FIELDS:
+            raise GatewayError(f"gateway_api_keys[{i}] must have name and key, and may have {', '.join(sorted(KEY_FIELDS - {'name', 'key'}))}"
+                               f"; it has {sorted(str(k) for k in item) if isinstance(item, Mapping) else type(item).__name__}")
         name, key = str(item["name"]), str(item["key"])
         if not NAME_RE.match(name):
             raise GatewayError(f"gateway_api_keys[{i}].name={name!r} must be 1-64 letters, digits, '.', '_' or '-'")
@@ -215,8 +218,42 @@ def api_keys(keys: Any) -> List[Dict[str, Any]]:
                 raise GatewayError(f"gateway_api_keys[{i}] ({name}).models must be a non-empty list of served model names "
                                    f"(leave models out for a key that may use every model), got {models!r}")
             entry["models"] = sorted({m.strip() for m in models})
+        if "rate" in item and not NGINX_RATE.match(str(item["rate"])):
+            raise GatewayError(f"gateway_api_keys[{i}] ({name}).rate={item['rate']!r}: give requests per second or minute, "
+                               "such as 5r/s or 300r/m")
+        for field in ("burst", "max_conns"):
+            if field in item and (isinstance(item[field], bool) or not re.fullmatch(r"\d+", str(item[field]))):
+                raise GatewayError(f"gateway_api_keys[{i}] ({name}).{field}={item[field]!r}: give a whole number, 0 or more")
+        if "burst" in item and "rate" not in item:
+            raise GatewayError(f"gateway_api_keys[{i}] ({name}) has burst without rate: give its rate too (burst is the "
+                               "requests over that rate answered at once)")
+        entry.update({f: str(item[f]) for f in ("rate",) if f in item})
+        entry.update({f: int(item[f]) for f in ("burst", "max_conns") if f in item})
         out.append(entry)
     return out
+
+
+def key_limits(keys: Sequence[Mapping[str, Any]], key_max_conns: int) -> Dict[str, Any]:
+    """The per-key limits of keys with their own `rate` (and `burst`, 0 without) or `max_conns` (0: none), as nginx zones:
+    one limit_req zone per distinct (rate, burst) and one limit_conn zone per distinct max_conns, each counting only its
+    keys (by name, through a map); the fleet-wide zones (gateway_rate_limit, gateway_key_max_conns) skip those keys.
+    {rate_zones: [{zone, variable, rate, burst, keys}], conn_zones: [{zone, variable, max, keys}], own_rate: [names],
+    own_conns: [names]}."""
+    rates: Dict[Tuple[str, int], List[str]] = {}
+    conns: Dict[int, List[str]] = {}
+    for key in keys:
+        if "rate" in key:
+            rates.setdefault((str(key["rate"]), int(key.get("burst", 0))), []).append(str(key["name"]))
+        if "max_conns" in key and int(key["max_conns"]) != int(key_max_conns):
+            conns.setdefault(int(key["max_conns"]), []).append(str(key["name"]))
+    rate_zones = [{"zone": f"llmfleet_key_rate_{n}", "variable": f"$llmfleet_key_rate_{n}", "rate": rate, "burst": burst,
+                   "keys": sorted(names)} for n, ((rate, burst), names) in enumerate(sorted(rates.items()))]
+    limited = [(most, names) for most, names in sorted(conns.items()) if most > 0]
+    conn_zones = [{"zone": f"llmfleet_key_conns_{n}", "variable": f"$llmfleet_key_conns_{n}", "max": most, "keys": sorted(names)}
+                  for n, (most, names) in enumerate(limited)]
+    return {"rate_zones": rate_zones, "conn_zones": conn_zones,
+            "own_rate": sorted(n for names in rates.values() for n in names),
+            "own_conns": sorted(n for names in conns.values() for n in names)}
 
 
 def key_scopes(keys: Sequence[Mapping[str, Any]], model: Mapping[str, Any]) -> Dict[str, Any]:

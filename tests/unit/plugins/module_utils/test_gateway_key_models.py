@@ -114,5 +114,5 @@ def test_a_model_no_plan_serves_in_a_keys_list_is_named():
         with pytest.raises(gw.GatewayError, match=r"\(team\)\.models must be a non-empty list") as exc:
             gw.api_keys([{"name": "team", "key": TEAM, "models": bad}])
         assert TEAM not in str(exc.value)
-    with pytest.raises(gw.GatewayError, match=r"may have models .* it has \['key', 'name', 'scope'\]"):
+    with pytest.raises(gw.GatewayError, match=r"may have burst, max_conns, models, rate; it has \['key', 'name', 'scope'\]"):
         gw.api_keys([{"name": "team", "key": TEAM, "scope": ["tiny"]}])

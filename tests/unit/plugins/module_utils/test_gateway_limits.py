@@ -57,9 +57,9 @@ def serve(tmp_path, policy=None, tls=False, **values):
         tls_dir = certificate(tmp_path)
     stand_in = f"""server {{ listen 127.0.0.1:{engine}; location / {{ return 200 '{{"object":"engine","uri":"$uri"}}'; }} }}"""
     root = _render(tmp_path, gw.gateway_model(plans, "gw"), tls_dir=tls_dir, gateway_listen=[f"127.0.0.1:{plain}"],
-                   gateway_tls_listen=[f"127.0.0.1:{secure} ssl"], __gateway_keys=gw.api_keys(KEYS),
+                   gateway_tls_listen=[f"127.0.0.1:{secure} ssl"], **dict({"__gateway_keys": gw.api_keys(KEYS)}, **values),
                    __gateway_client_policy=gw.client_policy(policy), gateway_extra_http_config=stand_in,
-                   gateway_worker_connections=1024, **values)
+                   gateway_worker_connections=1024)
     checked = _nginx_t(root)       # also moves the pid file into the tree
     assert checked.returncode == 0, checked.stderr
     start_nginx(str(root))
@@ -317,3 +317,76 @@ def test_the_roles_defaults_are_the_policys_defaults():
         assert defaults[var] == spec[var]["default"] == gw.CLIENT_POLICY[name], var
     assert defaults["gateway_tls_plain_allow"] == spec["gateway_tls_plain_allow"]["default"]
     assert "'127.0.0.0/8', '::1'" in defaults["gateway_tls_plain_allow"]
+
+
+# --- a key's own limits (gateway_api_keys[].rate, .burst, .max_conns; issue 37) ---
+
+def own_limits(alice):
+    return gw.api_keys([dict(KEYS[0], **alice), KEYS[1]])
+
+
+def test_a_key_with_its_own_in_flight_limit_gets_429_at_it_while_the_others_keep_the_fleets(gateway):
+    """alice may hold 1 request in flight, bob the fleet-wide 3."""
+    server = gateway({"key_max_conns": 3, "address_max_conns": 0}, __gateway_keys=own_limits({"max_conns": 1}))
+    port = server["plain"]
+    held = [hold(port, KEY_A)]
+    try:
+        status, _headers, body = until_refused(port, KEY_A)
+        assert status == 429 and "in flight" in body["error"]["message"], body
+        held += [hold(port, KEY_B), hold(port, KEY_B)]
+        time.sleep(0.3)
+        assert request(port, "/v1/chat/completions", KEY_B)[0] == 200, "bob's third of 3 passes"
+        print(f"\nalice (max_conns 1) with 1 held: {status}; bob (fleet's 3) with 2 held: 200")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_key_with_no_in_flight_limit_is_left_out_of_the_fleets(gateway):
+    server = gateway({"key_max_conns": 1, "address_max_conns": 0}, __gateway_keys=own_limits({"max_conns": 0}))
+    port = server["plain"]
+    held = [hold(port, KEY_A), hold(port, KEY_A)]
+    try:
+        time.sleep(0.3)
+        assert request(port, "/v1/chat/completions", KEY_A)[0] == 200, "alice has no limit"
+        held.append(hold(port, KEY_B))
+        assert until_refused(port, KEY_B)[0] == 429, "bob has the fleet's 1"
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_key_with_its_own_rate_gets_429_past_it_and_the_others_keep_the_fleets(gateway):
+    """alice: 1 request a minute and a burst of 2 (3 at once, then 429); bob the fleet-wide 20r/s, burst 40."""
+    server = gateway({"key_max_conns": 0, "address_max_conns": 0}, __gateway_keys=own_limits({"rate": "1r/m", "burst": 2}))
+    port = server["plain"]
+    alice = [request(port, "/v1/chat/completions", KEY_A)[0] for _n in range(5)]
+    bob = [request(port, "/v1/chat/completions", KEY_B)[0] for _n in range(5)]
+    print(f"\nalice (1r/m, burst 2): {alice}; bob (fleet's 20r/s, burst 40): {bob}")
+    assert alice == [200, 200, 200, 429, 429] and bob == [200] * 5
+    status, _headers, body = request(port, "/v1/chat/completions", KEY_A)
+    assert status == 429 and body["error"]["code"] == "rate_limit_exceeded" and "Rate limit" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("alice, match", [
+    ({"rate": "5/s"}, r"\(alice\)\.rate='5/s': give requests per second or minute"),
+    ({"rate": "5r/s", "burst": -1}, r"\(alice\)\.burst=-1: give a whole number"),
+    ({"max_conns": "many"}, r"\(alice\)\.max_conns='many': give a whole number"),
+    ({"burst": 3}, r"\(alice\) has burst without rate"),
+    ({"quota": 5}, r"may have burst, max_conns, models, rate; it has"),
+])
+def test_a_bad_own_limit_is_named_without_the_key(alice, match):
+    with pytest.raises(gw.GatewayError, match=match) as exc:
+        own_limits(alice)
+    assert KEY_A not in str(exc.value)
+
+
+def test_own_limits_become_one_zone_per_distinct_value():
+    keys = gw.api_keys([{"name": "a", "key": "a" * 32, "rate": "5r/s", "burst": 10, "max_conns": 4},
+                        {"name": "b", "key": "b" * 32, "rate": "5r/s", "burst": 10, "max_conns": 128},
+                        {"name": "c", "key": "c" * 32, "rate": "1r/m"}, {"name": "d", "key": "d" * 32}])
+    limits = gw.key_limits(keys, 128)
+    assert [(z["rate"], z["burst"], z["keys"]) for z in limits["rate_zones"]] == [("1r/m", 0, ["c"]), ("5r/s", 10, ["a", "b"])]
+    # b's 128 is the fleet's: it stays in the fleet's zone
+    assert [(z["max"], z["keys"]) for z in limits["conn_zones"]] == [(4, ["a"])]
+    assert limits["own_rate"] == ["a", "b", "c"] and limits["own_conns"] == ["a"]

@@ -4,7 +4,8 @@
 monitoring_config (prometheus.yml), monitoring_rules (the alert rules), monitoring_dashboards (Grafana JSON),
 monitoring_node_listen (where a host's node exporter listens), monitoring_host (which host runs Prometheus),
 monitoring_edge_allow (who an edge lets read /metrics), monitoring_accelerator_reader (what reads a host's accelerators)
-and monitoring_accelerator_unit (its service); docs in the sidecar YAML files."""
+monitoring_accelerator_unit (its service) and monitoring_gateway_hosts (the gateway hosts whose log is counted); docs in the
+sidecar YAML files."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors imp
 
 
 ON = FLEET_VARS["llmfleet_monitoring"].default
+GATEWAY_ON = FLEET_VARS["llmfleet_gateway"].default
 
 
 def _call(func, *args, **kwargs):
@@ -64,6 +66,12 @@ def monitoring_accelerator_unit(vendor, tool, textfile_dir, interval=15):
     return _call(m.accelerator_unit, str(vendor), str(tool), str(textfile_dir), int(interval))
 
 
+def monitoring_gateway_hosts(groups, hostvars):
+    """The llm_gateway hosts that run the gateway (llmfleet_gateway not false): those with an access log to count."""
+    return [str(h) for h in (dict(groups or {}).get("llm_gateway") or [])
+            if boolean((hostvars[h] if h in hostvars else {}).get("llmfleet_gateway", GATEWAY_ON), strict=False)]
+
+
 def monitoring_host(groups):
     return _call(m.monitor_host, dict(groups or {})) or ""
 
@@ -83,4 +91,5 @@ class FilterModule:
                 "monitoring_dashboards": monitoring_dashboards, "monitoring_node_listen": monitoring_node_listen,
                 "monitoring_host": monitoring_host, "monitoring_edge_allow": monitoring_edge_allow,
                 "monitoring_accelerator_reader": monitoring_accelerator_reader,
-                "monitoring_accelerator_unit": monitoring_accelerator_unit}
+                "monitoring_accelerator_unit": monitoring_accelerator_unit,
+                "monitoring_gateway_hosts": monitoring_gateway_hosts}

@@ -148,6 +148,7 @@ NOT_VARIABLES: Dict[str, str] = {
     "llmfleet_gateway_request_duration_seconds_bucket": "Prometheus: that histogram's buckets",
     "llmfleet_key_rate_fleet": "nginx: the key's name for the fleet-wide request rate, empty for a key with its own (map)",
     "llmfleet_key_conns_fleet": "nginx: the key's name for the fleet-wide requests in flight, empty for a key with its own (map)",
+    "llmfleet_accelerator_clock_event_reasons": "Prometheus: the accelerator reader's NVML clock event reasons (textfile)",
     "llmfleet_accelerators": "the accelerator reader's textfile (llmfleet_accelerators.prom), not a variable",
     "llmfleet_accelerators_listed": "Prometheus: how many accelerators the vendor's tool listed (the accelerator reader)",
     "llmfleet_accelerator_utilization_ratio": "Prometheus: the accelerator reader's utilization ratio (node exporter textfile)",

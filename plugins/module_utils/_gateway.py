@@ -204,6 +204,8 @@ def api_keys(keys: Any) -> List[Dict[str, Any]]:
         name, key = str(item["name"]), str(item["key"])
         if not NAME_RE.match(name):
             raise GatewayError(f"gateway_api_keys[{i}].name={name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+        if name == "__proto__":   # a JavaScript object's name for its prototype: gateway_data.js holds keys by name
+            raise GatewayError(f"gateway_api_keys[{i}].name={name!r} is JavaScript's own word; give the key another name")
         if not KEY_RE.match(key):
             raise GatewayError(f"gateway_api_keys[{i}] ({name}): the key must be 16-256 characters of A-Z a-z 0-9 . _ ~ + / = -")
         digest = hashlib.sha256(key.encode()).hexdigest()

@@ -289,7 +289,7 @@ def accelerator_unit(vendor: str, tool: str, textfile_dir: str, interval_s: int 
             description=f"Read this host's {vendor} accelerators with {tool} for the node exporter (llmfleet.serving)",
             unit=(("After", "local-fs.target"),),
             service=(("Type", "simple"), ("Restart", "always"), ("RestartSec", "10"), ("NoNewPrivileges", "yes"),
-                     ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("ReadWritePaths", folder)),
+                     ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("PrivateTmp", "yes"), ("ReadWritePaths", folder)),
             # python3 named here: Debian has no `python` unless python-is-python3 is installed
             exec_start=["/usr/bin/python3", ACCELERATOR_READER, "--vendor", vendor, "--tool", str(tool), "--out", f"{folder}/{ACCELERATOR_TEXTFILE}",
                         "--every", str(int(interval_s))]))
@@ -449,7 +449,7 @@ def _fleet_rules(plans: Mapping[str, Mapping[str, Any]], mounts: Mapping[str, st
         rules.append(_rule("GpuEccUncorrectable", f"llmfleet_accelerator_ecc_uncorrected_errors{{{acc}}} > 0", "0s", "critical",
                            where + ": uncorrectable ECC errors since the driver loaded"))
         rules.append(_rule("GpuThrottled", f"llmfleet_accelerator_throttled{{{acc}}} == 1", windows["gpu"], "warning",
-                           where + ": power or heat holds the clocks back"))
+                           where + ": heat or a hardware slowdown holds the clocks back"))
         rules.append(_rule("AcceleratorReadFailed", f"llmfleet_accelerator_read_ok{{{acc}}} == 0", windows["exporter"], "warning",
                            "{{ $labels.host }}: the vendor's tool does not answer "
                            "(journalctl -u llmfleet-accelerator-metrics on the host)"))

@@ -49,14 +49,15 @@ function route(r) {
         fail(r, 400, 'You must provide a model parameter.', 'invalid_request_error', 'missing_model');
         return;
     }
-    if (!Object.prototype.hasOwnProperty.call(data.routes, model)) {
-        fail(r, 404, 'The model `' + model + '` does not exist.', 'invalid_request_error', 'model_not_found');
-        return;
-    }
+    // a key limited to some models gets 403 for any other name, served or not: it learns nothing of the other models
     var allowed = Object.prototype.hasOwnProperty.call(data.allowed, r.variables.llmfleet_key_name)
         ? data.allowed[r.variables.llmfleet_key_name] : null;
     if (allowed && allowed.indexOf(model) < 0) {
         fail(r, 403, 'This API key may not use the model `' + model + '`.', 'invalid_request_error', 'model_not_allowed');
+        return;
+    }
+    if (!Object.prototype.hasOwnProperty.call(data.routes, model)) {
+        fail(r, 404, 'The model `' + model + '` does not exist.', 'invalid_request_error', 'model_not_found');
         return;
     }
     r.variables.llmfleet_model = model;

@@ -73,7 +73,8 @@ def test_throttling_reasons_and_unsupported_fields():
             "1, GPU-b, NVIDIA H200, 5, 10, 143771, 40, [N/A], [Not Supported], 0x0000000000000004\n")
     readings = reader.parse_nvidia(rows)
     assert readings[0][1]["throttled"] == 1.0 and readings[0][1]["utilization_ratio"] == 0.97
-    assert readings[1][1]["throttled"] == 1.0      # SW power cap
+    assert readings[1][1]["throttled"] == 0.0      # at its power cap: full load, by design
+    assert readings[1][1]["clock_event_reasons"] == 4.0
     assert "power_watts" not in readings[1][1] and "ecc_uncorrected_errors" not in readings[1][1]
     text = reader.render(readings, True, 0)
     promtool_check(text)
@@ -124,11 +125,15 @@ def test_a_driver_before_r535_is_asked_the_old_field_name(tmp_path):
 
 
 def test_a_failing_tool_still_writes_the_file_saying_so(tmp_path):
+    """A driver failure is asked once (not again with the old field name) and said."""
     out = tmp_path / "a.prom"
-    tool = stand_in(tmp_path, "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9\n")
+    calls = tmp_path / "calls"
+    tool = stand_in(tmp_path, f"echo x >> {calls}\n"
+                              "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9\n")
     proc = subprocess.run([sys.executable, str(READER), "--vendor", "nvidia", "--tool", tool, "--out", str(out)],
                           capture_output=True, text=True, check=False, timeout=60)
     assert proc.returncode == 1 and "could not communicate with the NVIDIA driver" in proc.stderr
+    assert calls.read_text().count("x") == 1, "asked once: the old field name is tried only for an unknown field"
     text = out.read_text()
     promtool_check(text)
     assert samples(text) == {"llmfleet_accelerator_read_ok": "0", "llmfleet_accelerators_listed": "0",

@@ -91,6 +91,9 @@ def test_a_key_limited_to_one_model_gets_403_on_the_other_and_lists_only_its_own
     assert refused.value.status_code == 403 and error["code"] == "model_not_allowed" and "`qwen`" in error["message"]
     assert TEAM not in json.dumps(error)
     assert [m.id for m in team.models.list()] == ["tiny"]
+    # a name no plan serves: the same 403, so the key learns nothing of what else is served
+    with pytest.raises(openai.PermissionDeniedError):
+        team.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
     assert gateway["engine"].seen == ["tiny"], "the refused request never reached an engine"
     lines = [json.loads(x) for x in gateway["log"].read_text().splitlines()]
     refused_line = next(x for x in lines if x["status"] == "403")
@@ -114,5 +117,7 @@ def test_a_model_no_plan_serves_in_a_keys_list_is_named():
         with pytest.raises(gw.GatewayError, match=r"\(team\)\.models must be a non-empty list") as exc:
             gw.api_keys([{"name": "team", "key": TEAM, "models": bad}])
         assert TEAM not in str(exc.value)
+    with pytest.raises(gw.GatewayError, match="JavaScript's own word"):
+        gw.api_keys([{"name": "__proto__", "key": TEAM, "models": ["tiny"]}])
     with pytest.raises(gw.GatewayError, match=r"may have burst, max_conns, models, rate; it has \['key', 'name', 'scope'\]"):
         gw.api_keys([{"name": "team", "key": TEAM, "scope": ["tiny"]}])

@@ -381,6 +381,16 @@ def test_a_bad_own_limit_is_named_without_the_key(alice, match):
     assert KEY_A not in str(exc.value)
 
 
+@pytest.mark.parametrize("name", ["default", "include", "hostnames", "volatile"])
+def test_a_key_named_as_one_of_maps_own_words_keeps_its_own_limit(gateway, name):
+    """nginx's map reads a bare `default` or `include` as its own parameter: the maps read "k:<name>"."""
+    keys = gw.api_keys([{"name": name, "key": KEY_A, "rate": "1r/m"}, KEYS[1]])
+    server = gateway({"key_max_conns": 0, "address_max_conns": 0}, __gateway_keys=keys)
+    port = server["plain"]
+    assert [request(port, "/v1/chat/completions", KEY_A)[0] for _n in range(2)] == [200, 429]
+    assert [request(port, "/v1/chat/completions", KEY_B)[0] for _n in range(3)] == [200] * 3
+
+
 def test_own_limits_become_one_zone_per_distinct_value():
     keys = gw.api_keys([{"name": "a", "key": "a" * 32, "rate": "5r/s", "burst": 10, "max_conns": 4},
                         {"name": "b", "key": "b" * 32, "rate": "5r/s", "burst": 10, "max_conns": 128},

@@ -287,7 +287,7 @@ CASES = {
         [alert("GpuTemperatureHigh", "6m", [(dict(G0), "warning", "e1 nvidia 0: 90 C")]),
          alert("GpuEccUncorrectable", "1m", []),
          alert("GpuEccUncorrectable", "2m", [(dict(G1), "critical", "e1 nvidia 1: uncorrectable ECC errors since the driver loaded")]),
-         alert("GpuThrottled", "8m", [(dict(G0), "warning", "e1 nvidia 0: power or heat holds the clocks back")]),
+         alert("GpuThrottled", "8m", [(dict(G0), "warning", "e1 nvidia 0: heat or a hardware slowdown holds the clocks back")]),
          alert("AcceleratorReadFailed", "6m", []),
          alert("AcceleratorReadFailed", "8m", [({"job": "node", "host": "d1"}, "warning",
                                                 "d1: the vendor's tool does not answer (journalctl -u llmfleet-accelerator-metrics "
@@ -431,3 +431,11 @@ def test_a_grafana_variable_left_in_a_query_is_refused():
     board = {"panels": [{"title": "x", "targets": [{"expr": "up{host=~\"$host\"}"}]}]}
     with pytest.raises(m.MonitoringError, match="keeps a Grafana variable"):
         m.panel_queries(board)
+
+
+def test_only_the_gateway_hosts_that_run_the_gateway_are_counted():
+    from ansible_collections.llmfleet.serving.plugins.filter import monitoring as f  # pylint: disable=import-outside-toplevel
+    groups = {"llm_gateway": ["gw1", "gw2", "gw3"]}
+    hostvars = {"gw1": {}, "gw2": {"llmfleet_gateway": False}, "gw3": {"llmfleet_gateway": "yes"}}
+    assert f.monitoring_gateway_hosts(groups, hostvars) == ["gw1", "gw3"]
+    assert f.monitoring_gateway_hosts({}, {}) == []

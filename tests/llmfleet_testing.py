@@ -252,8 +252,20 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
                  "{{ {'key_max_conns': gateway_key_max_conns, 'address_max_conns': gateway_address_max_conns, "
                  "'plain_allow': gateway_tls_plain_allow} | llmfleet.serving.gateway_client_policy }}")}},
              {"name": "routes", "ansible.builtin.set_fact": {
-                 "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}}]
+                 "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}},
+             # the keys' scopes and own limits: the role's own task, as it is
+             {"name": "scopes and limits", "ansible.builtin.set_fact": _gateway_role_facts("__gateway_scopes", "__gateway_limits")}]
     return _render_tree(where, "gateway", settings, tasks, gateway_role_files())
+
+
+def _gateway_role_facts(*names: str) -> Dict[str, str]:
+    """The expressions roles/gateway/tasks/main.yml sets these facts with (one set_fact task holds them all)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    with open(os.path.join(ROOT, "roles", "gateway", "tasks", "main.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    facts = next(t["ansible.builtin.set_fact"] for t in tasks if set(names) <= set(t.get("ansible.builtin.set_fact") or {}))
+    return {name: facts[name] for name in names}
 
 
 def edge_role_files() -> List[dict]:

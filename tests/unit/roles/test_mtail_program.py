@@ -36,8 +36,8 @@ def test_the_roles_program_passes_the_roles_check(tmp_path):
 
 
 def test_a_broken_program_fails_the_check_and_says_where(tmp_path):
-    proc = check(tmp_path, PROGRAM.read_text().replace("llmfleet_gateway_requests_total[$key_name][$model][$status]++",
-                                                      "llmfleet_gateway_requests_total[$key_name][$model][$status]++ }"))
+    counted = "llmfleet_gateway_requests_total[$key_name][$model][$status]++"
+    proc = check(tmp_path, PROGRAM.read_text().replace(counted, counted + " }"))
     assert proc.returncode != 0
     assert "check.mtail" in proc.stderr and "syntax error" in proc.stderr, proc.stderr
     # what the unfixed check did: mtail skips the hidden upload and passes it

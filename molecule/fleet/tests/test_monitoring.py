@@ -112,7 +112,6 @@ def usage_of(model, stream):
 # vLLM's counters per served model (model_name), the gateway's per key name and model (mtail)
 VLLM_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
 GATEWAY_COUNTERS = ("llmfleet_gateway_prompt_tokens_total", "llmfleet_gateway_completion_tokens_total")
-GATEWAY_OK = 'llmfleet_gateway_requests_total{job="gateway",status="200"}'
 
 
 def counters():
@@ -122,7 +121,7 @@ def counters():
     load = f'job="gateway",key_name="{LOAD_KEY_NAME}"'
     selectors = [(c, f'{c}{{job="vllm"}}', "model_name") for c in VLLM_COUNTERS] + \
         [(c, f"{c}{{{load}}}", "model") for c in GATEWAY_COUNTERS] + \
-        [("llmfleet_gateway_requests_total", f'llmfleet_gateway_requests_total{{{load},status="200"}}', "model")]
+        [("llmfleet_gateway_requests_total", f'llmfleet_gateway_requests_total{{{load},model!="",status="200"}}', "model")]
     # the sample times first, then the sums: a scrape landing in between only makes the sums newer
     for _counter, selector, _by in selectors:
         for series in query(f"timestamp({selector})"):
@@ -130,7 +129,8 @@ def counters():
             oldest = stamp if oldest is None else min(oldest, stamp)
     for counter, selector, by in selectors:
         for series in query(f"sum by ({by}) ({selector})"):
-            out[(series["metric"][by], counter)] = float(series["value"][1])
+            # an empty label is no label in Prometheus: a request routed to no model (GET /v1/models) has none
+            out[(series["metric"].get(by, ""), counter)] = float(series["value"][1])
     return out, oldest
 
 

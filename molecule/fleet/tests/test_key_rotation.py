@@ -2,7 +2,8 @@
 change, naming where the key is, and so does a key file that holds another key than the one the engines run with;
 an engine older than vLLM 0.11.0 refuses a rotation before any key is made; and
 playbooks/rotate_key.yml moves every engine and the gateway from the old key to a new one under a continuous
-streaming load through the gateway with no request refused. The lab serves vLLM 0.31.0 here (test_rolling.py rolls it
+streaming load through the gateway with no request refused, two hosts at a time (llmfleet_serve_serial 2: each host's
+first instance together, then engine 2's second). The lab serves vLLM 0.31.0 here (test_rolling.py rolls it
 to 0.32.0 later), past the floor. Runs in file order after test_fleet.py and before the other day-2 tests,
 which read the key file again and so use the new key; every instance is left as it was, on the new key."""
 
@@ -12,7 +13,7 @@ import re
 import shutil
 
 from test_fleet import EPHEMERAL, curl_in, engine_key, host, instances, run_playbook
-from test_rolling import recap_changed, served, started_at, under_load
+from test_rolling import recap_changed, served, started_at, together, under_load
 
 ENGINES = ("llmfleet-fleet-engine1", "llmfleet-fleet-engine2")
 KEY_FILE = EPHEMERAL / "secrets" / "vllm_api_key"
@@ -87,7 +88,7 @@ def test_the_key_rotates_under_load_with_no_request_refused():
     old = engine_key()
     assert set(accepts(old).values()) == {200}
     before = {(name, inst["name"]): started_at(name, inst["name"]) for name, inst in instances()}
-    result, stats, took = under_load("rotate_key.yml")
+    result, stats, took = under_load("rotate_key.yml", "-e", "llmfleet_serve_serial=2")
     print(result.stdout[-3000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert served(stats), stats                                                  # 0 failed (no 401), 0 truncated
@@ -107,8 +108,9 @@ def test_the_key_rotates_under_load_with_no_request_refused():
             assert "--config" not in unit and new not in unit
     after = {key: started_at(*key) for key in before}
     assert all(after[key] != before[key] for key in before), "every instance learned and then forgot a key (two restarts)"
-    assert len(re.findall(r"drain \| Say what happens", result.stdout)) >= 2 * len(before)
-    print(f"[key rotation] {took:.0f} s for {len(before)} instances, two rolls each")
+    assert len(re.findall(r"changes: out of the gateway's rotation", result.stdout)) == 2 * len(before), "each instance changed twice"
+    together(after)   # the second roll, as the first: engine 1's tiny-a with engine 2's tiny-b, then engine 2's tiny-a
+    print(f"[key rotation] {took:.0f} s for {len(before)} instances, two rolls each, two hosts at a time")
     # nothing left to do: a second serve.yml changes nothing
     again = run_playbook("serve.yml")
     assert again.returncode == 0, again.stdout[-3000:]

@@ -108,8 +108,7 @@ def test_a_valid_gateway_change_under_load_reloads_nginx_and_keeps_every_stream(
     assert "burst=41 nodelay;" in conf
     master, workers = nginx_processes()
     assert master == before[0] and not set(workers) & set(before[1]), "nginx reloaded: the same master, new workers"
-    # back to the inventory's value, under load again
-    again, stats_back, _took = during_load(lambda: run_playbook("gateway.yml"), "gateway.yml (the inventory's burst again)")
+    # back to the inventory's value (the reload under load is proven above)
+    again = run_playbook("gateway.yml")
     assert again.returncode == 0, again.stdout[-3000:]
-    assert served(stats_back), stats_back
     assert "burst=40 nodelay;" in host(GATEWAY_HOST).file("/etc/nginx/llmfleet/gateway.conf").content_string

@@ -3,8 +3,8 @@ instance goes through the vllm role's one change path (out of the gateway's rota
 back in). tiny-a runs on both engines, so one serves while the other changes; tiny-b (engine 2 only) changes with
 vllm_allow_downtime. The lab serves vLLM 0.31.0 (molecule.yml) until these tests roll it to 0.32.0 (both from the lab's
 wheel folder): a new deployment that cannot start; a version roll whose target the engine rejects on the second host
-(rolled back there); then site.yml with the versions pinned, a flag change on engine 1 and the rest of the version roll
-on engine 2, and a second run that changes nothing. The tests edit the lab's inventory the way an operator would, one
+(rolled back there); then site.yml with the versions pinned, two hosts at a time (llmfleet_serve_serial 2), a flag change
+on engine 1 and the rest of the version roll on engine 2, and a second run that changes nothing. The tests edit the lab's inventory the way an operator would, one
 after another (file order: after test_load_faults.py, before test_webui.py), and leave every instance at 0.32.0, tiny-a on
 engine 1 at --max-num-seqs 3."""
 
@@ -95,6 +95,18 @@ def started_at(name, instance):
     return host(name).check_output(f"systemctl show -p ActiveEnterTimestampMonotonic --value llmfleet-vllm-{instance}.service")
 
 
+def together(started):
+    """The hosts of a batch (llmfleet_serve_serial 2) changed their first instances together, engine 2's second one after:
+    engine 1's tiny-a and engine 2's tiny-b started within seconds of each other (one after the other, a start and its
+    health gate lie between them), engine 2's tiny-a after both. `started`: {(host, instance): ActiveEnterTimestampMonotonic},
+    one kernel clock for every container."""
+    a1, b2, a2 = (int(started[key]) / 1e6 for key in (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-b-0"),
+                                                      ("llmfleet-fleet-engine2", "tiny-a-0")))
+    print(f"[day2] started: engine 1 tiny-a +0 s, engine 2 tiny-b {b2 - a1:+.0f} s, engine 2 tiny-a {a2 - a1:+.0f} s")
+    assert abs(a1 - b2) < 10, "the first instances of the batch's hosts were not changed together"
+    assert a2 > max(a1, b2) + 10, "engine 2's tiny-a changed before the first instances were back"
+
+
 def recap_changed(stdout, name):
     return int(re.search(rf"^{re.escape(name)}\s+: ok=\d+\s+changed=(\d+)", stdout, re.M).group(1))
 
@@ -110,7 +122,7 @@ def test_a_new_deployment_that_cannot_start_fails_the_gate_with_its_log_and_leav
     path = HOST_VARS / name
     saved = path.read_text()
     data = yaml.safe_load(saved)
-    bad = dict(data["llmfleet_deployments"][-1], name="tiny-bad",
+    bad = dict(next(d for d in data["llmfleet_deployments"] if d["name"] == "tiny-b"), name="tiny-bad",
                overrides={"cpu_kvcache_space_gib": 1, "reasoning_parser": "no-such-parser"})
     data["llmfleet_deployments"].append(bad)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -132,44 +144,46 @@ def test_a_new_deployment_that_cannot_start_fails_the_gate_with_its_log_and_leav
 
 
 def test_an_upgrade_whose_target_the_engine_rejects_on_the_second_host_is_rolled_back_there():
-    # engine 1 rolls to 0.32.0 while engine 2 serves; engine 2's tiny-a also gets a flag vLLM refuses: its gate
-    # fails, its 0.31.0 unit comes back (no download: the venv is still there), the play stops naming it and
-    # vLLM's error. tiny-b, after it on engine 2, is not touched. The load sees none of it.
-    edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=["--no-such-flag"])
-    tiny_b = started_at("llmfleet-fleet-engine2", "tiny-b-0")
+    # one host at a time (upgrade.yml's default): engine 1's tiny-a rolls to 0.32.0 while engine 2's serves; engine 2's
+    # first instance, tiny-b, also gets a flag vLLM refuses: its gate fails, its 0.31.0 unit comes back (no download: the
+    # venv is still there) and back into the rotation, the play stops naming it and vLLM's error. tiny-a, after it on
+    # engine 2, is not touched. The load (on tiny-a) sees none of it.
+    edit_inventory("llmfleet-fleet-engine2", "tiny-b", extra_args=["--no-such-flag"])
+    tiny_a = started_at("llmfleet-fleet-engine2", "tiny-a-0")
     result, stats, _took = under_load("upgrade.yml", "-e", f"upgrade_version={NEW}")
     print(result.stdout[-3000:])
     assert result.returncode != 0
     assert len(re.findall(rf"tiny-a-0: vLLM {OLD} -> {NEW}", result.stdout)) == 2, "the plan diff names the version"
     out = result.stdout + result.stderr     # the failed task's message is on stderr (ansible-core 2.19)
     print(result.stderr[-2000:])
-    assert "llmfleet-fleet-engine2 / tiny-a-0" in out
+    assert "llmfleet-fleet-engine2 / tiny-b-0" in out
     assert "--no-such-flag" in out and "unrecognized arguments" in out
     assert "the previous version and flags are running again" in out
     assert served(stats), stats
     for name in ENGINES:   # staged on every host before the first instance left the rotation
         assert host(name).file(f"/opt/llmfleet/vllm/{NEW}/bin/python").exists
     assert version_of("llmfleet-fleet-engine1", "tiny-a-0").startswith(NEW)          # the first one keeps the new version
-    assert version_of("llmfleet-fleet-engine2", "tiny-a-0").startswith(OLD)          # the broken one is back on the old
-    restored = exec_start("llmfleet-fleet-engine2", "tiny-a-0")
+    assert version_of("llmfleet-fleet-engine2", "tiny-b-0").startswith(OLD)          # the broken one is back on the old
+    restored = exec_start("llmfleet-fleet-engine2", "tiny-b-0")
     assert f"/vllm/{OLD}/" in restored and "--no-such-flag" not in restored
-    assert version_of("llmfleet-fleet-engine2", "tiny-b-0").startswith(OLD)          # later instances untouched
-    assert started_at("llmfleet-fleet-engine2", "tiny-b-0") == tiny_b, "tiny-b-0 restarted, after the play stopped"
+    assert version_of("llmfleet-fleet-engine2", "tiny-a-0").startswith(OLD)          # later instances untouched
+    assert started_at("llmfleet-fleet-engine2", "tiny-a-0") == tiny_a, "tiny-a-0 restarted, after the play stopped"
     assert " down;" not in gateway_conf()
 
 
 def test_site_yml_rolls_a_flag_change_and_the_rest_of_the_upgrade_and_a_second_run_changes_nothing():
     # the operator pins the new version everywhere (what upgrade.yml asked), drops the flag vLLM refused, and gives tiny-a
-    # on engine 1 (already on the new version) a new --max-num-seqs: one site.yml rolls a flag change there and the
-    # version on engine 2 (tiny-a beside a serving peer, tiny-b with its downtime accepted)
+    # on engine 1 (already on the new version) a new --max-num-seqs: one site.yml, two hosts at a time, rolls a flag
+    # change there together with the version of engine 2's first instance (tiny-b, its downtime accepted), then engine
+    # 2's tiny-a once engine 1's serves again
     for name in ENGINES:
         for dep in ("tiny-a", "tiny-b") if name.endswith("2") else ("tiny-a",):
             edit_inventory(name, dep, engine={"version": NEW})
-    edit_inventory("llmfleet-fleet-engine2", "tiny-a", extra_args=None)
+    edit_inventory("llmfleet-fleet-engine2", "tiny-b", extra_args=None)
     edit_inventory("llmfleet-fleet-engine1", "tiny-a", overrides={"cpu_kvcache_space_gib": 1, "max_num_seqs": 3})
     before = {(name, inst): started_at(name, inst) for name, inst in
               (("llmfleet-fleet-engine1", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-a-0"), ("llmfleet-fleet-engine2", "tiny-b-0"))}
-    result, stats, took = under_load("../site.yml")
+    result, stats, took = under_load("../site.yml", "-e", "llmfleet_serve_serial=2")
     print(result.stdout[-2500:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"tiny-a-0: --max-num-seqs \d+ -> 3", result.stdout)      # plan.yml's diff, per instance
@@ -179,6 +193,7 @@ def test_site_yml_rolls_a_flag_change_and_the_rest_of_the_upgrade_and_a_second_r
     assert "--max-num-seqs 3" in exec_start("llmfleet-fleet-engine1", "tiny-a-0")
     after = {key: started_at(*key) for key in before}
     assert all(after[key] != before[key] for key in before), "each instance was replaced once"
+    together(after)
     for name, instance in before:
         assert version_of(name, instance).startswith(NEW), (name, instance)
     assert " down;" not in gateway_conf()

@@ -328,6 +328,15 @@ def _render_tree(where: str, what: str, settings: str, tasks: List[dict], files:
 def start_nginx(root: str) -> None:
     """nginx (the machine's, with njs) on a rendered gateway tree; stop it with stop_nginx."""
     subprocess.run(["nginx", "-c", os.path.join(root, "nginx.conf")], check=True, capture_output=True, timeout=30)
+    # the command returns once nginx forked its master, which writes its pid file a moment later (later on a busy machine)
+    pid_file = os.path.join(root, "nginx.pid")
+    with open(os.path.join(root, "nginx.conf"), encoding="utf-8") as handle:
+        if f"pid {pid_file};" not in handle.read():
+            return
+    for _attempt in range(100):
+        if os.path.exists(pid_file) and os.path.getsize(pid_file):
+            return
+        time.sleep(0.1)
 
 
 def stop_nginx(root: str) -> None:

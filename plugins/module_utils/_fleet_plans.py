@@ -59,8 +59,10 @@ def _model_of(dep: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
 def served_name_conflicts(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
     """One model per served name across the fleet: the gateway puts every instance of a name in one upstream and routes by
     the name alone, so two deployments (on one host or on two) that share a served name must serve the same model at the
-    same revision. One message per name that does not, naming every host/deployment and what each serves."""
+    same revision, and be routed one way (`routing`). One message per name that does not, naming every host/deployment and
+    what each serves or how it is routed."""
     by_name: Dict[str, List[Tuple[str, str, Tuple[str, str]]]] = {}
+    routings: Dict[str, List[Tuple[str, str, str]]] = {}
     for host in sorted(plans):
         for dep in plans[host].get("deployments") or []:
             model = _model_of(dep)
@@ -68,6 +70,7 @@ def served_name_conflicts(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
             if model is None or name is None:
                 continue
             by_name.setdefault(name, []).append((host, str(dep.get("name")), model))
+            routings.setdefault(name, []).append((host, str(dep.get("name")), str(dep.get("routing") or "least_conn")))
     problems = []
     for name in sorted(by_name):
         served = by_name[name]
@@ -76,4 +79,12 @@ def served_name_conflicts(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
                             + ", ".join(f"{host}/{dep} serves {model}@{revision}" for host, dep, (model, revision) in served)
                             + "; the gateway would mix their answers in one upstream: give each model its own served_name, or "
                             "the same model and revision to every deployment of the name")
+    # one routing per served name: the gateway picks among all of the name's instances one way
+    for name in sorted(routings):
+        ways = routings[name]
+        if len({way for _h, _d, way in ways}) > 1:
+            problems.append(f"served name {name!r} is routed differently: "
+                            + ", ".join(f"{host}/{dep} has routing {way}" for host, dep, way in ways)
+                            + "; the gateway picks among all instances of a name one way: give every deployment of the name the "
+                            "same routing")
     return problems

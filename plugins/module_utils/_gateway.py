@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files, served_name_conflicts
 from ._pooling import POOLING_PATHS
-from ._syntax import nginx_word, served_name
+from ._syntax import ROUTING, nginx_word, served_name
 
 # POST paths routed by the JSON body's model: the generative ones, and the pooling models' (vLLM 0.32 entrypoints/pooling:
 # embed/, pooling/, classify/, scoring/ api_router.py; _pooling.POOLING_PATHS). A path a model does not serve (a pooling path
@@ -115,6 +115,7 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
     if not NGINX_TIME.match(str(opts["fail_timeout"])):
         raise GatewayError(f"gateway option fail_timeout={opts['fail_timeout']!r}: an nginx time such as 10s")
     by_model: Dict[str, List[Dict[str, Any]]] = {}
+    routing: Dict[str, str] = {}
     errors: List[str] = []
     out_of_rotation = {str(n) for n in opts["out_of_rotation"] or ()}
     for host in sorted(plans):
@@ -143,16 +144,22 @@ def gateway_model(plans: Mapping[str, Mapping[str, Any]], gateway_host: str,
                 continue
             by_model.setdefault(model, []).append({"address": address, "host": host, "instance": inst.get("name"),
                                                    "down": f"{host}/{inst.get('name')}" in out_of_rotation})
+            routing.setdefault(model, str(dep.get("routing") or "least_conn"))
     # one upstream per name: a name two models share would mix their answers (the plan refuses it; plan files may be older)
     errors += served_name_conflicts(plans)
     upstreams = []
     for model in sorted(by_model):
         servers = sorted(by_model[model], key=lambda s: (s["host"], s["address"]))
         name = upstream_name(model)
+        # session or prefix routing: a second upstream over the same servers, picked by consistent hashing on the request's
+        # conversation key (gateway.js sets it); a request without one goes to the least_conn upstream
+        way = routing[model] if routing[model] in ROUTING else "least_conn"
         upstreams.append({"name": name, "model": model, "servers": servers, "retry": retry_upstreams(name, servers),
+                          "routing": way, "affinity": f"{name}__affinity" if way != "least_conn" else "",
                           "keepalive": int(opts["keepalive"]), "keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
                           "max_fails": int(opts["max_fails"]), "fail_timeout": str(opts["fail_timeout"])})
     return {"upstreams": upstreams, "routes": {u["model"]: u["name"] for u in upstreams},
+            "affinity": {u["model"]: {"upstream": u["affinity"], "mode": u["routing"]} for u in upstreams if u["affinity"]},
             "models": models_list(sorted(by_model)), "errors": errors, "paths": list(ROUTED_PATHS)}
 
 

@@ -150,8 +150,9 @@ def serving(conf_routes: Sequence[Mapping[str, Any]], out: Sequence[str], peers:
 
 def routes(conf: str) -> List[Dict[str, Any]]:
     """Every upstream server of a gateway configuration, once: {host, instance, address, down}. A server is written again
-    in the upstreams a 503's second try uses (the model's upstream without one server); set_one and apply keep every copy
-    alike, and the first (the model's own upstream) is the one reported."""
+    in the upstreams a 503's second try uses (the model's upstream without one server) and in the hashing upstream of a
+    model routed by session or prefix; set_one and apply keep every copy alike, and the first (the model's own upstream)
+    is the one reported."""
     out, seen = [], set()
     for line in str(conf).split("\n"):
         m = SERVER_LINE.match(line)

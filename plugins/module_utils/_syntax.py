@@ -26,6 +26,9 @@ NGINX_SYNTAX = re.compile(r"[\s;{}#\"'\\$]")
 # then also '.', '_', '-' (hub ids), '/' (owner/name), ':' (name:tag), '@' and '+' (revision or variant), at most 128.
 # None of them means anything to nginx, systemd, an environment file or JSON.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+# How the gateway picks an instance of a served name (a deployment's `routing`): the planner checks it, the plan carries it,
+# the gateway renders it; the one word is what nginx's upstream and gateway.js read.
+ROUTING = ("least_conn", "session", "prefix")
 SERVED_NAME_RULE = ("a letter or digit, then up to 127 letters, digits and . _ - / : @ + (no blanks, quotes, ';', '{', '}', "
                     "'$', '#' or control characters)")
 

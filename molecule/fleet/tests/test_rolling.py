@@ -3,10 +3,10 @@ instance goes through the vllm role's one change path (out of the gateway's rota
 back in). tiny-a runs on both engines, so one serves while the other changes; tiny-b (engine 2 only) changes with
 vllm_allow_downtime. The lab serves vLLM 0.31.0 (molecule.yml) until these tests roll it to 0.32.0 (both from the lab's
 wheel folder): a new deployment that cannot start; a version roll whose target the engine rejects on the second host
-(rolled back there); then site.yml with the versions pinned, two hosts at a time (llmfleet_serve_serial 2), a flag change
-on engine 1 and the rest of the version roll on engine 2, and a second run that changes nothing. The tests edit the lab's inventory the way an operator would, one
-after another (file order: after test_load_faults.py, before test_webui.py), and leave every instance at 0.32.0, tiny-a on
-engine 1 at --max-num-seqs 3."""
+(rolled back there); then site.yml with the versions pinned, two hosts at a time (llmfleet_serve_serial 2), a flag
+change on engine 1 and the rest of the version roll on engine 2, and a second run that changes nothing. The tests edit
+the lab's inventory the way an operator would, one after another (file order: after test_load_faults.py, before
+test_webui.py), and leave every instance at 0.32.0, tiny-a on engine 1 at --max-num-seqs 3."""
 
 import json
 import os

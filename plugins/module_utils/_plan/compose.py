@@ -35,7 +35,12 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
     opts = options if isinstance(options, HostOptions) else HostOptions.of(options)
     ctx = Ctx([])
     out: Dict[str, Any] = {"name": d["name"], "model": None, "engine_version": vstr(parse_version(d["engine"]["version"])),
-                           "served_model_name": d.get("served_name") or d["name"], "instances": [], "reasons": ctx.reasons}
+                           "served_model_name": d.get("served_name") or d["name"], "routing": d.get("routing", "least_conn"),
+                           "instances": [], "reasons": ctx.reasons}
+    if out["routing"] != "least_conn":
+        ctx.why(f"routing={out['routing']}", "the inventory's routing: the gateway sends the requests of one conversation to one "
+                "instance by consistent hashing (nginx `hash ... consistent`), so vLLM's prefix cache there still holds its "
+                "history at the next turn; an instance out of rotation hands its conversations to the next one on the ring")
     try:
         req = read_request(d, ctx)
         m = choose_model(d, req, opts.model_metadata)

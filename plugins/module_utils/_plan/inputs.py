@@ -15,14 +15,14 @@ from .._engine import (
 from .._hardware import HardwareError, validate_hardware
 from .._host_needs import SHUTDOWN_FLAG, NeedsError, edge_address
 from .._pooling import PoolingError, check_inventory_value
-from .._syntax import env_value, nginx_word, served_name, unit_value
+from .._syntax import ROUTING, env_value, nginx_word, served_name, unit_value
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
 from .ports import check_in_force, host_ports
 from .stages import HostOptions, Request
 
 
 DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env",
-                   "trust_remote_code", "pooling", "allow_unsafe"}
+                   "trust_remote_code", "pooling", "allow_unsafe", "routing"}
 # the one way to let a deployment run its model's own code: never through extra_args
 TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"
 # the flags that say a model is a pooling model (_pooling.runner_args): the deployment's `pooling` key decides them
@@ -98,6 +98,12 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                  "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced, and the ones that open the engine "
                  "(VLLM_SERVER_DEV_MODE, VLLM_ALLOW_RUNTIME_LORA_UPDATING, VLLM_HOST_IP, VLLM_PORT ...) need allow_unsafe. "
                  "Values on one line (no newline or other control character).",
+    "routing": "How the gateway picks one of the model's instances for a request: least_conn (default: the one with the fewest "
+               "requests in flight), session (a request that names its conversation - an X-Session-Id header, else the body's "
+               "`user` - always goes to the same instance while it is in rotation, so vLLM's prefix cache holds its history; one "
+               "that names none goes least_conn) or prefix (as session, and a request that names none is placed by the start "
+               "of its prompt: the messages up to the first user message). One value per served name in the fleet; a change "
+               "touches the gateway only.",
     "allow_unsafe": "The extra_args flags and extra_env variables that open the engine beyond inference which this "
                     "deployment may set anyway, each by name, e.g. [--allowed-local-media-path, VLLM_SERVER_DEV_MODE] "
                     "(the list and why each is unsafe: docs/inventory.md#unsafe-flags-and-environment). Default: none.",
@@ -215,6 +221,8 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}].gpus={gpus!r}: 'all', a count, or a list of GPU indices")
         if isinstance(gpus, list) and len(set(gpus)) != len(gpus):
             raise PlanError(f"{where}[{i}].gpus={gpus!r} lists a GPU twice")
+        if d.get("routing", "least_conn") not in ROUTING:
+            raise PlanError(f"{where}[{i}] ({name}).routing={d.get('routing')!r}: one of {', '.join(ROUTING)}")
         port = d.get("port")
         # unprivileged TCP ports (below 1024 needs root or CAP_NET_BIND_SERVICE)
         if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535):

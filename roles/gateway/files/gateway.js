@@ -65,9 +65,58 @@ function route(r) {
         r.variables.llmfleet_body = forwarded(r, body);
     }
     r.variables.llmfleet_upstream = data.routes[model];
+    // routing session or prefix: a request that names its conversation goes to the model's hashing upstream
+    if (Object.prototype.hasOwnProperty.call(data.affinity, model)) {
+        var conversation = conversationKey(r, body, data.affinity[model].mode);
+        if (conversation) {
+            r.variables.llmfleet_affinity = conversation;
+            r.variables.llmfleet_upstream = data.affinity[model].upstream;
+        }
+    }
     // the normalized path (one of the exact locations), not the client's spelling
     r.variables.llmfleet_path = r.uri;
     r.internalRedirect('@llmfleet_engine');
+}
+
+// How much of a prompt places a conversation (routing prefix): enough to tell conversations apart, bounded work per request.
+var PREFIX_CHARS = 2048;
+
+// The key that places a request's conversation on one instance (routing session or prefix), as a digest (the client's
+// value is never logged or passed on), or '' when it names none: the X-Session-Id header, else the body's `user` (OpenAI's
+// end-user id), else for prefix routing the start of the prompt - the chat's messages up to and including the first user
+// message (the same at every turn of a conversation: later turns only append), or the completion prompt's first
+// PREFIX_CHARS characters.
+function conversationKey(r, body, mode) {
+    var session = r.headersIn['X-Session-Id'];
+    var source = '';
+    if (typeof session === 'string' && session !== '') {
+        source = 'session:' + session;
+    } else if (typeof body.user === 'string' && body.user !== '') {
+        source = 'user:' + body.user;
+    } else if (mode === 'prefix') {
+        var start = promptStart(body);
+        source = start ? 'prefix:' + start : '';
+    }
+    return source ? crypto.createHash('sha256').update(source).digest('hex').substring(0, 16) : '';
+}
+
+function promptStart(body) {
+    if (Array.isArray(body.messages)) {
+        var head = [];
+        for (var i = 0; i < body.messages.length; i++) {
+            head.push(body.messages[i]);
+            if (body.messages[i] && body.messages[i].role === 'user') {
+                break;
+            }
+        }
+        return head.length ? JSON.stringify(head).substring(0, PREFIX_CHARS) : '';
+    }
+    var prompt = Array.isArray(body.prompt) && typeof body.prompt[0] === 'string' ? body.prompt[0] : body.prompt;
+    if (typeof prompt === 'string') {
+        return prompt.substring(0, PREFIX_CHARS);
+    }
+    // token ids
+    return Array.isArray(prompt) && prompt.length ? JSON.stringify(prompt.slice(0, PREFIX_CHARS / 4)) : '';
 }
 
 // the paths whose streams carry a usage event when stream_options.include_usage is set (vLLM's chat and completions)

@@ -19,7 +19,7 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
 
-from llmfleet_testing import run_ansible
+from llmfleet_testing import free_port, run_ansible
 from test_gateway import _nginx_t, _render
 
 E2 = "llmfleet-fleet-engine2/tiny-a-0"
@@ -42,20 +42,28 @@ def play(tmp_path, tasks, check=False):
 
 @pytest.fixture()
 def gateway(tmp_path):
-    root = _render(tmp_path / "first", gw.gateway_model(plans(), "gw"))
+    port = free_port()   # not a fixed port: other test runs on this machine (units beside integration) listen too
+    root = _render(tmp_path / "first", gw.gateway_model(plans(), "gw"), gateway_listen=[f"127.0.0.1:{port}"])
     assert _nginx_t(root).returncode == 0          # also points the pid file into the tree
     state = tmp_path / "state" / "rotation.json"
     conf_file = str(root / "nginx.conf")
-    # the gateway's nginx, on the rendered tree (it listens on 127.0.0.1:18099): the module reloads it as
+    # the gateway's nginx, on the rendered tree (it listens on 127.0.0.1:port): the module reloads it as
     # `systemctl reload nginx` does on a gateway host (SIGHUP to the master)
-    subprocess.run(["nginx", "-c", conf_file], check=True, capture_output=True)
+    started = subprocess.run(["nginx", "-c", conf_file], check=False, capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    # the command returns once nginx forked its master, which writes the pid file a moment later (on a busy machine, later)
+    for _attempt in range(100):
+        if (root / "nginx.pid").exists() and (root / "nginx.pid").read_text().strip():
+            break
+        time.sleep(0.1)
 
     def task(**args):
         return {"llmfleet.serving.gateway_rotation": dict(
             conf=str(root / "llmfleet" / "gateway.conf"), state_file=str(state), root=str(root),
             staging=str(tmp_path / "staging"), reload=["nginx", "-s", "reload", "-c", conf_file],
             lock_file=str(tmp_path / "state" / "run-lock.json"), **args)}
-    gateway = {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf", "pid": root / "nginx.pid"}
+    gateway = {"root": root, "state": state, "task": task, "conf": root / "llmfleet" / "gateway.conf", "pid": root / "nginx.pid",
+               "port": port}
     yield gateway
     stop(gateway)
 
@@ -85,7 +93,7 @@ def reloaded(gateway, before):
     for _attempt in range(100):
         master, workers = processes(gateway)
         if master == before[0] and workers and not set(workers) & set(before[1]):
-            with urllib.request.urlopen("http://127.0.0.1:18099/health", timeout=5) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{gateway['port']}/health", timeout=5) as answer:
                 return answer.status == 200
         time.sleep(0.1)
     return False
@@ -113,7 +121,8 @@ def test_out_and_back_in_byte_for_byte_and_a_render_keeps_the_state(gateway, tmp
     assert report["changed"] is False and report["out"] == [E2]
     assert [(r["host"], r["down"]) for r in report["routes"]] == [("llmfleet-fleet-engine1", False), ("llmfleet-fleet-engine2", True)]
     # a full render of the gateway (what playbooks/gateway.yml does) reads the state and writes the same bytes
-    rendered = _render(tmp_path / "again", gw.gateway_model(plans(), "gw", {"out_of_rotation": report["out"]}))
+    rendered = _render(tmp_path / "again", gw.gateway_model(plans(), "gw", {"out_of_rotation": report["out"]}),
+                       gateway_listen=[f"127.0.0.1:{gateway['port']}"])
     assert (rendered / "llmfleet" / "gateway.conf").read_text() == conf
     back, = play(tmp_path, [gateway["task"](instance=E2, down=False)])
     assert back["changed"] is True and back["out"] == []

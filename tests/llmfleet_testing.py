@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -355,3 +357,42 @@ def stop_nginx(root: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"the nginx of {root} did not stop within 10 s")
+
+
+# --- a stand-in engine for the gateway's tests on this machine's nginx ---
+
+class ChatEngine(ThreadingHTTPServer):
+    """A stand-in engine on a free loopback port: it answers every POST with a whole chat completion in OpenAI's shape
+    whose content is `answer` (a test that needs to know which engine served a request gives each its own), and
+    records the model each request asked for in `seen`. Stop it with close()."""
+    daemon_threads = True
+
+    def __init__(self, answer: str = "ok"):
+        self.answer = answer
+        self.seen: List[str] = []
+        super().__init__(("127.0.0.1", free_port()), _ChatHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.server.seen.append(body["model"])
+        answer = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": self.server.answer},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):  # pylint: disable=arguments-differ
+        pass

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -23,39 +21,10 @@ from ansible_collections.llmfleet.serving.plugins.module_utils import _fleet_pla
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.base import PlanError
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.inputs import check_deployments
 
-from llmfleet_testing import free_port, start_nginx, stop_nginx
+from llmfleet_testing import ChatEngine, free_port, start_nginx, stop_nginx
 from test_gateway import _nginx_t, _render
 
 KEY = "team-key-0123456789abcdef"
-
-
-class Engine(ThreadingHTTPServer):
-    """A stand-in engine that answers a chat with its own name (the test reads which engine served each request)."""
-    daemon_threads = True
-
-    def __init__(self, name):
-        self.name = name
-        super().__init__(("127.0.0.1", free_port()), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        answer = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": self.server.name},
-                                          "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args):
-        pass
 
 
 def plans(engines, routing):
@@ -68,7 +37,7 @@ def plans(engines, routing):
 
 @pytest.fixture(params=["prefix", "session"])
 def gateway(tmp_path, request):
-    engines = [Engine(f"engine{i}") for i in range(3)]
+    engines = [ChatEngine(f"engine{i}") for i in range(3)]
     model = gw.gateway_model(plans(engines, request.param), "gw")
     assert model["errors"] == []
     port = free_port()
@@ -85,8 +54,7 @@ def gateway(tmp_path, request):
            "conf": conf, "root": root, "mode": request.param, "log": tmp_path / "access.log", "model": model}
     stop_nginx(str(root))
     for e in engines:
-        e.shutdown()
-        e.server_close()
+        e.close()
 
 
 def chat(gateway, messages, **extra):
@@ -170,7 +138,7 @@ def test_a_request_that_names_no_conversation(gateway):
 
 
 def test_least_conn_is_the_default_and_renders_no_hashing_upstream(tmp_path):
-    engines = [Engine(f"engine{i}") for i in range(2)]
+    engines = [ChatEngine(f"engine{i}") for i in range(2)]
     try:
         model = gw.gateway_model(plans(engines, None), "gw")
         assert model["affinity"] == {} and model["upstreams"][0]["routing"] == "least_conn"
@@ -179,7 +147,7 @@ def test_least_conn_is_the_default_and_renders_no_hashing_upstream(tmp_path):
         assert "affinity: {}" in (root / "llmfleet" / "gateway_data.js").read_text()
     finally:
         for e in engines:
-            e.server_close()
+            e.close()
 
 
 def test_the_plan_refuses_an_unknown_routing_naming_the_value():

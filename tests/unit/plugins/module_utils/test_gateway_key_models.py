@@ -9,53 +9,22 @@ client as users' code calls it:
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 
-from llmfleet_testing import free_port, start_nginx, stop_nginx
+from llmfleet_testing import ChatEngine, free_port, start_nginx, stop_nginx
 from test_gateway import _nginx_t, _render
 
 TEAM = "team-key-0123456789abcdef"
 ADMIN = "admin-key-0123456789abcdef"
 
 
-class Engine(ThreadingHTTPServer):
-    """A stand-in engine answering a chat in OpenAI's shape; `seen` the models it was asked for."""
-    daemon_threads = True
-
-    def __init__(self):
-        self.seen = []
-        super().__init__(("127.0.0.1", free_port()), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        self.server.seen.append(body["model"])
-        answer = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture()
 def gateway(tmp_path):
-    engine = Engine()
+    engine = ChatEngine()
     plan = {"host": "gw", "deployments": [
         {"name": name, "instances": [{"name": f"{name}-0", "served_model_name": name, "port": engine.server_address[1],
                                       "bind_address": "127.0.0.1"}]}
@@ -73,8 +42,7 @@ def gateway(tmp_path):
     start_nginx(str(root))
     yield {"url": f"http://127.0.0.1:{port}/v1", "engine": engine, "log": tmp_path / "access.log"}
     stop_nginx(str(root))
-    engine.shutdown()
-    engine.server_close()
+    engine.close()
 
 
 def client(gateway, key):

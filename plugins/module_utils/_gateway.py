@@ -21,6 +21,7 @@ Facts behind the numbers (nginx 1.22 ngx_http_upstream_module and ngx_http_proxy
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import ipaddress
 import json
@@ -60,7 +61,11 @@ NGINX_SIZE = re.compile(r"^\d+[kKmMgG]?$")
 NGINX_RATE = re.compile(r"^\d+r/[sm]$")
 # what an entry of gateway_api_keys may hold: its name and key, the served models it may use, its own request rate
 # (and burst) and requests in flight
-KEY_FIELDS = frozenset({"name", "key", "models", "rate", "burst", "max_conns"})
+KEY_FIELDS = frozenset({"name", "key", "models", "rate", "burst", "max_conns", "budgets", "previous_key", "previous_until"})
+# the end of a rotated key's overlap, in UTC
+UNTIL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?Z$")
+# a token budget's period: a calendar window in UTC (a week starts on Monday 00:00), counted from its start
+BUDGET_PERIODS = ("minute", "hour", "day", "week", "month")
 # The gateway role's variables its nginx templates write as they are, by kind (gateway_extra_http_config is nginx text by
 # design, validated by `nginx -t` with the rest): each must be what the kind says, one word nginx reads back unchanged.
 SETTING_KINDS: Dict[str, str] = {
@@ -221,6 +226,8 @@ def api_keys(keys: Any) -> List[Dict[str, Any]]:
         names.add(name)
         digests.add(digest)
         entry: Dict[str, Any] = {"name": name, "sha256": digest}
+        if "previous_key" in item or "previous_until" in item:
+            entry["previous"] = _previous(f"gateway_api_keys[{i}] ({name})", item, digests)
         if "models" in item:
             models = item["models"]
             if not isinstance(models, list) or not models or not all(isinstance(m, str) and m.strip() for m in models):
@@ -236,10 +243,81 @@ def api_keys(keys: Any) -> List[Dict[str, Any]]:
         if "burst" in item and "rate" not in item:
             raise GatewayError(f"gateway_api_keys[{i}] ({name}) has burst without rate: give its rate too (burst is the "
                                "requests over that rate answered at once)")
+        if "budgets" in item:
+            entry["budgets"] = _budgets(f"gateway_api_keys[{i}] ({name}).budgets", item["budgets"])
         entry.update({f: str(item[f]) for f in ("rate",) if f in item})
         entry.update({f: int(item[f]) for f in ("burst", "max_conns") if f in item})
         out.append(entry)
     return out
+
+
+def _previous(where: str, item: Mapping[str, Any], digests: set) -> Dict[str, Any]:
+    """A rotated key's previous key, valid beside the new one until `previous_until` (UTC): {sha256, until (seconds
+    since the epoch), until_text}. The digest joins `digests` (a previous key is unique as any other)."""
+    if not {"previous_key", "previous_until"} <= set(item):
+        raise GatewayError(f"{where}: a rotated key needs previous_key and previous_until together (the old key, and when it "
+                           "stops: 2026-12-06T12:00:00Z); take both out once the overlap is over")
+    until = str(item["previous_until"])
+    if not UNTIL_RE.match(until):
+        raise GatewayError(f"{where}.previous_until={until!r}: give the end of the overlap in UTC, such as 2026-12-06T12:00:00Z")
+    try:
+        moment = datetime.datetime.strptime(until.rstrip("Z") + (":00" if until.count(":") == 1 else ""), "%Y-%m-%dT%H:%M:%S")
+    except ValueError as exc:
+        raise GatewayError(f"{where}.previous_until={until!r} is not a date and time: {exc}") from None
+    previous = str(item["previous_key"])
+    if not KEY_RE.match(previous):
+        raise GatewayError(f"{where}: the previous key must be 16-256 characters of A-Z a-z 0-9 . _ ~ + / = -")
+    digest = hashlib.sha256(previous.encode()).hexdigest()
+    if digest in digests:
+        raise GatewayError(f"{where}: the previous key is the key itself or another key's; keys must be unique")
+    digests.add(digest)
+    seconds = int(moment.replace(tzinfo=datetime.timezone.utc).timestamp())
+    return {"sha256": digest, "until": seconds, "until_text": moment.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def key_digests(keys: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """What gateway.js reads to know a key: {names: {sha256: name} for every key and every previous key, until:
+    {sha256: milliseconds since the epoch} for the previous keys (refused from then on, at every request)."""
+    names = {str(k["sha256"]): str(k["name"]) for k in keys}
+    until: Dict[str, int] = {}
+    for k in keys:
+        if k.get("previous"):
+            names[str(k["previous"]["sha256"])] = str(k["name"])
+            until[str(k["previous"]["sha256"])] = int(k["previous"]["until"]) * 1000
+    return {"names": names, "until": until}
+
+
+def _budgets(where: str, budgets: Any) -> List[Dict[str, Any]]:
+    """A key's token budgets [{tokens, per}] checked: whole numbers above 0, one budget per period."""
+    if not isinstance(budgets, list) or not budgets:
+        raise GatewayError(f"{where} must be a non-empty list of {{tokens, per}} (per: {', '.join(BUDGET_PERIODS)}), got {budgets!r}")
+    out: List[Dict[str, Any]] = []
+    for n, budget in enumerate(budgets):
+        if not isinstance(budget, Mapping) or set(budget) != {"tokens", "per"}:
+            raise GatewayError(f"{where}[{n}] must be {{tokens, per}}, got {budget!r}")
+        tokens, per = budget["tokens"], budget["per"]
+        if isinstance(tokens, bool) or not re.fullmatch(r"[1-9]\d{0,14}", str(tokens)):
+            raise GatewayError(f"{where}[{n}].tokens={tokens!r}: give a whole number of tokens above 0 (prompt and completion "
+                               "together)")
+        if per not in BUDGET_PERIODS:
+            raise GatewayError(f"{where}[{n}].per={per!r}: one of {', '.join(BUDGET_PERIODS)} (a calendar window in UTC)")
+        if any(b["per"] == per for b in out):
+            raise GatewayError(f"{where}[{n}]: a second budget per {per}; give one budget per period")
+        out.append({"tokens": int(tokens), "per": str(per)})
+    return sorted(out, key=lambda b: BUDGET_PERIODS.index(b["per"]))
+
+
+def key_budgets(keys: Sequence[Mapping[str, Any]], accounting: bool) -> Dict[str, Any]:
+    """The keys' token budgets for the gateway's Lua counters: {names: [key names with budgets], lua: a Lua table
+    literal {["name"] = {{tokens = N, per = "day"}, ...}}} (names are [A-Za-z0-9._-]: safe in a Lua string). Budgets
+    count the tokens of the answers' usage, which the gateway reads only with gateway_usage_accounting on."""
+    budgets = {str(k["name"]): k["budgets"] for k in keys if k.get("budgets")}
+    if budgets and not accounting:
+        raise GatewayError(f"gateway_api_keys ({', '.join(sorted(budgets))}) have token budgets, which count the answers' usage: "
+                           "turn gateway_usage_accounting on, or take the budgets out")
+    rows = [f'["{name}"] = {{' + ", ".join(f'{{tokens = {b["tokens"]}, per = "{b["per"]}"}}' for b in items) + "}"
+            for name, items in sorted(budgets.items())]
+    return {"names": sorted(budgets), "lua": "{" + ", ".join(rows) + "}"}
 
 
 def key_limits(keys: Sequence[Mapping[str, Any]], key_max_conns: int) -> Dict[str, Any]:

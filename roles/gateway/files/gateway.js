@@ -18,7 +18,14 @@ function keyName(r) {
         return '';
     }
     var digest = crypto.createHash('sha256').update(header.substring(7).trim()).digest('hex');
-    return Object.prototype.hasOwnProperty.call(data.keys, digest) ? data.keys[digest] : '';
+    if (!Object.prototype.hasOwnProperty.call(data.keys, digest)) {
+        return '';
+    }
+    // a rotated key's previous key: valid until the end of its overlap (gateway_api_keys[].previous_until), then refused
+    if (Object.prototype.hasOwnProperty.call(data.until, digest) && Date.now() >= data.until[digest]) {
+        return '';
+    }
+    return data.keys[digest];
 }
 
 function authorized(r) {
@@ -165,10 +172,13 @@ var pending = null;
 // stream is passed on in whole events and vLLM's usage event (no choices, a usage) is left out. The last usage seen goes
 // into $llmfleet_prompt_tokens and $llmfleet_completion_tokens for the access log at the answer's end; they stay ''
 // where the answer has none (an error, a pooling answer) or never ended (the client went away).
+// The usage is remembered as soon as its object is whole in the window, not at the answer's end: a client that stops
+// reading at a stream's `data: [DONE]` (the official openai client closes the connection there) may be gone before
+// the engine's last bytes, and the filter never sees them.
 function usage(r, data, flags) {
     look(data);
     var out = r.variables.llmfleet_usage_strip === '1' ? strip(data, flags.last) : data;
-    if (flags.last && capture) {
+    if (capture) {
         remember(r, capture.toString());
     }
     r.sendBuffer(out, flags);
@@ -224,13 +234,14 @@ function usageEvent(event) {
     return text.indexOf('data: {') === 0 && NO_CHOICES.test(text) && /"usage"\s*:\s*\{/.test(text);
 }
 
-// the usage object at the start of `text`, into the log's variables
+// the usage object at the start of `text`, into the log's variables: each count once its digits have ended (a window
+// cut inside a number waits for the next buffer)
 function remember(r, text) {
     if (!USAGE.test(text)) {
         return;
     }
-    var prompt = /"prompt_tokens"\s*:\s*(\d+)/.exec(text);
-    var completion = /"completion_tokens"\s*:\s*(\d+)/.exec(text);
+    var prompt = /"prompt_tokens"\s*:\s*(\d+)\s*[,}]/.exec(text);
+    var completion = /"completion_tokens"\s*:\s*(\d+)\s*[,}]/.exec(text);
     if (prompt) {
         r.variables.llmfleet_prompt_tokens = prompt[1];
     }

@@ -145,7 +145,8 @@ def test_the_filters_read_hostvars_and_turn_errors_into_filter_errors(tmp_path):
     with pytest.raises(AnsibleFilterError, match="16-256"):
         gateway_filter.gateway_api_keys([{"name": "a", "key": "x"}])
     assert set(gateway_filter.FilterModule().filters()) == {"gateway_plans", "gateway_model", "gateway_api_keys",
-                                                            "gateway_key_scopes", "gateway_key_limits", "gateway_addresses", "gateway_edge",
+                                                            "gateway_key_scopes", "gateway_key_limits", "gateway_key_budgets",
+                                                            "gateway_key_digests", "gateway_addresses", "gateway_edge",
                                                             "gateway_client_policy", "gateway_settings"}
     with pytest.raises(AnsibleFilterError, match="which no plan serves"):
         gateway_filter.gateway_key_scopes(gw.api_keys([{"name": "a", "key": "k" * 32, "models": ["nope"]}]),
@@ -192,10 +193,14 @@ def _render(tmp_path, model, edge=None, webui=None, tls_dir=None, **values):
         ctx["__gateway_scopes"] = gw.key_scopes(ctx["__gateway_keys"], model)
     if not edge and "__gateway_limits" not in ctx:
         ctx["__gateway_limits"] = gw.key_limits(ctx["__gateway_keys"], ctx["__gateway_client_policy"]["key_max_conns"])
+    if not edge and "__gateway_digests" not in ctx:
+        ctx["__gateway_digests"] = gw.key_digests(ctx["__gateway_keys"])
+    if not edge and "__gateway_budgets" not in ctx:
+        ctx["__gateway_budgets"] = gw.key_budgets(ctx["__gateway_keys"], ctx["gateway_usage_accounting"])
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else
                  {"gateway.conf.j2": "llmfleet/gateway.conf", "engine_auth.inc.j2": "llmfleet/engine_auth.inc",
-                  "gateway_data.js.j2": "llmfleet/gateway_data.js"})
+                  "gateway_data.js.j2": "llmfleet/gateway_data.js", "budgets.conf.j2": "llmfleet/budgets.conf"})
     files.update({"webui.conf.j2": "llmfleet/webui.conf"} if webui else {})
     for src, dest in files.items():
         (root / dest).write_text(env.get_template(src).render(**ctx))

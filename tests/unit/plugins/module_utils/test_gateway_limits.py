@@ -373,7 +373,7 @@ def test_a_key_with_its_own_rate_gets_429_past_it_and_the_others_keep_the_fleets
     ({"rate": "5r/s", "burst": -1}, r"\(alice\)\.burst=-1: give a whole number"),
     ({"max_conns": "many"}, r"\(alice\)\.max_conns='many': give a whole number"),
     ({"burst": 3}, r"\(alice\) has burst without rate"),
-    ({"quota": 5}, r"may have burst, max_conns, models, rate; it has"),
+    ({"quota": 5}, r"may have budgets, burst, max_conns, models, previous_key, previous_until, rate; it has"),
 ])
 def test_a_bad_own_limit_is_named_without_the_key(alice, match):
     with pytest.raises(gw.GatewayError, match=match) as exc:

@@ -97,10 +97,11 @@ class Handler(BaseHTTPRequestHandler):
             content = events[-3].encode()
             at = content.index("你".encode()) + 1
             writes = writes[:-(3 if (len(events) - 3) % 2 == 0 else 4)] + [content[:at], content[at:] + usage_event, writes[-1]]
+        pause = float(self.headers.get("X-Test-Slow", "0.01"))   # seconds between writes
         for part in writes:
             self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
             self.wfile.flush()
-            time.sleep(0.01)
+            time.sleep(pause)
         self.wfile.write(b"0\r\n\r\n")
 
     def log_message(self, *args):

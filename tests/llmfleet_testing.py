@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -242,14 +240,13 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
     """The gateway's nginx tree for `plans`, rendered by Ansible as the gateway role renders it (its defaults, its filters
     gateway_api_keys, gateway_client_policy and gateway_model, its template list through llmfleet.serving.config_tree, which checks the staging
     copy with `nginx -t` before it installs the tree) into where/etc; the pid file moved into the tree so that the test's
-    nginx runs beside the machine's; the token budgets' counters in `budget_dir` (a new folder under /tmp without one).
+    nginx runs beside the machine's; the token budgets' counters in `budget_dir` (where/budgets without one).
     Returns the tree's root."""
     os.makedirs(os.path.join(where, "etc"), exist_ok=True)      # nginx's folder, which the package makes on a gateway host
-    # the token budgets' counters: the role makes this folder, owned by nginx's workers (www-data, who cannot reach a
-    # pytest folder: one of /tmp's own)
+    # the token budgets' counters: the role makes this folder, owned by nginx's workers. Keys with budgets need one
+    # that www-data reaches (not a pytest folder): the caller's; without budgets nothing is written there
     if budget_dir is None:
-        budget_dir = tempfile.mkdtemp(prefix="llmfleet-budgets-")
-    shutil.chown(budget_dir, "www-data", "www-data")
+        budget_dir = os.path.join(where, "budgets")
     # the test's values in a vars file after the role's defaults (a play's vars_files outrank its vars); it holds the keys
     settings = os.path.join(where, "gateway-vars.json")
     with open(os.open(settings, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:

@@ -1,9 +1,12 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_key_scopes, gateway_key_limits,
-gateway_key_budgets, gateway_key_digests, gateway_addresses, gateway_edge, gateway_client_policy and gateway_settings (docs in the sidecar YAML files)."""
+gateway_key_budgets, gateway_key_digests, gateway_key_summary, gateway_key_probes, gateway_probe_misses, gateway_addresses, gateway_edge,
+gateway_client_policy and gateway_settings (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
+
+import time
 
 from ansible.errors import AnsibleFilterError
 
@@ -34,6 +37,18 @@ def gateway_api_keys(keys):
 
 def gateway_key_scopes(keys, model):
     return _call(gw.key_scopes, list(keys or []), dict(model or {}))
+
+
+def gateway_key_summary(keys, now=None):
+    return _call(gw.key_summary, list(keys or []), time.time() if now is None else float(now))
+
+
+def gateway_key_probes(keys, checked, now=None):
+    return _call(gw.key_probes, list(keys or []), list(checked or []), time.time() if now is None else float(now))
+
+
+def gateway_probe_misses(results):
+    return _call(gw.probe_misses, list(results or []))
 
 
 def gateway_key_digests(keys):
@@ -72,5 +87,7 @@ class FilterModule:
         return {"gateway_plans": gateway_plans, "gateway_model": gateway_model, "gateway_api_keys": gateway_api_keys,
                 "gateway_key_scopes": gateway_key_scopes, "gateway_key_limits": gateway_key_limits,
                 "gateway_key_budgets": gateway_key_budgets, "gateway_key_digests": gateway_key_digests,
+                "gateway_key_summary": gateway_key_summary, "gateway_key_probes": gateway_key_probes,
+                "gateway_probe_misses": gateway_probe_misses,
                 "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge,
                 "gateway_client_policy": gateway_client_policy, "gateway_settings": gateway_settings}

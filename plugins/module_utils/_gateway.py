@@ -263,7 +263,8 @@ def _previous(where: str, item: Mapping[str, Any], digests: set) -> Dict[str, An
     try:
         moment = datetime.datetime.strptime(until.rstrip("Z") + (":00" if until.count(":") == 1 else ""), "%Y-%m-%dT%H:%M:%S")
     except ValueError as exc:
-        raise GatewayError(f"{where}.previous_until={until!r} is not a date and time: {exc}") from None
+        raise GatewayError(f"{where}.previous_until={until!r} is not a date and time ({exc}): give one such as "
+                           "2026-12-06T12:00:00Z") from None
     previous = str(item["previous_key"])
     if not KEY_RE.match(previous):
         raise GatewayError(f"{where}: the previous key must be 16-256 characters of A-Z a-z 0-9 . _ ~ + / = -")
@@ -285,6 +286,56 @@ def key_digests(keys: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
             names[str(k["previous"]["sha256"])] = str(k["name"])
             until[str(k["previous"]["sha256"])] = int(k["previous"]["until"]) * 1000
     return {"names": names, "until": until}
+
+
+def key_summary(keys: Sequence[Mapping[str, Any]], now: float) -> List[str]:
+    """One line per checked key, names and policies only: its models, limits, budgets and a previous key's overlap."""
+    lines = []
+    for k in keys:
+        parts = [f"models {', '.join(k['models'])}" if k.get("models") else "every model"]
+        parts += [f"rate {k['rate']}" + (f" burst {k['burst']}" if k.get("burst") else "")] if k.get("rate") else []
+        parts += [f"max_conns {k['max_conns']}"] if "max_conns" in k else []
+        parts += [f"budget {b['tokens']} tokens per {b['per']}" for b in k.get("budgets") or []]
+        previous = k.get("previous")
+        if previous:
+            left = int(previous["until"] - now)
+            parts.append(f"previous key accepted until {previous['until_text']} ({_duration(left)} from now)" if left > 0 else
+                         f"previous key refused since {previous['until_text']}: take previous_key and previous_until out")
+        lines.append(f"{k['name']}: {'; '.join(parts)}")
+    return lines
+
+
+def _duration(seconds: int) -> str:
+    if seconds >= 7200:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 60} min" if seconds >= 120 else f"{seconds} s"
+
+
+def key_probes(keys: Any, checked: Sequence[Mapping[str, Any]], now: float, margin: int = 5) -> List[Dict[str, Any]]:
+    """What each key should get from the gateway right after a render: [{name, which, key, status}] - 200 for every key
+    and for a previous key inside its overlap, 401 for a previous key past it; a previous key within `margin` seconds of
+    its end is left out (either answer is right). `keys` is gateway_api_keys as given (the values), `checked` the same
+    list through api_keys (in the same order). The result holds keys: keep it under no_log."""
+    probes: List[Dict[str, Any]] = []
+    for item, k in zip(keys, checked):
+        probes.append({"name": k["name"], "which": "key", "key": str(item["key"]), "status": 200})
+        previous = k.get("previous")
+        if previous and abs(previous["until"] - now) > margin:
+            probes.append({"name": k["name"], "which": "previous key", "key": str(item["previous_key"]),
+                           "status": 200 if previous["until"] > now else 401})
+    return probes
+
+
+def probe_misses(results: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The probes (key_probes, asked by a uri loop) whose answer was not the one expected, by name only:
+    ["team-a's previous key: HTTP 200, expected 401"]."""
+    misses = []
+    for result in results:
+        probe = result.get("item") or {}
+        got = result.get("status")
+        if got != probe.get("status"):
+            misses.append(f"{probe.get('name')}'s {probe.get('which')}: HTTP {got}, expected {probe.get('status')}")
+    return misses
 
 
 def _budgets(where: str, budgets: Any) -> List[Dict[str, Any]]:
@@ -314,7 +365,7 @@ def key_budgets(keys: Sequence[Mapping[str, Any]], accounting: bool) -> Dict[str
     budgets = {str(k["name"]): k["budgets"] for k in keys if k.get("budgets")}
     if budgets and not accounting:
         raise GatewayError(f"gateway_api_keys ({', '.join(sorted(budgets))}) have token budgets, which count the answers' usage: "
-                           "turn gateway_usage_accounting on, or take the budgets out")
+                           "set gateway_usage_accounting to true, or remove the budgets")
     rows = [f'["{name}"] = {{' + ", ".join(f'{{tokens = {b["tokens"]}, per = "{b["per"]}"}}' for b in items) + "}"
             for name, items in sorted(budgets.items())]
     return {"names": sorted(budgets), "lua": "{" + ", ".join(rows) + "}"}

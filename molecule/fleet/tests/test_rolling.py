@@ -39,12 +39,13 @@ def edit_inventory(name, deployment, **changes):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def during_load(action, label):
-    """action() run while two clients stream 96-token chats to tiny-a through the gateway, one second apart, from before
-    it starts until after it ends: (what action returned, load figures, the action's seconds). Prints the figures."""
+def during_load(action, label, key=LOAD_KEY):
+    """action() run while two clients stream 96-token chats to tiny-a through the gateway with `key`, one second apart,
+    from before it starts until after it ends: (what action returned, load figures, the action's seconds). Prints the
+    figures."""
     stop = EPHEMERAL / "day2-stop"
     stop.unlink(missing_ok=True)
-    load = subprocess.Popen([PYTHON, str(HERE / "stream_load.py"), GATEWAY + "/v1", LOAD_KEY, "tiny-a", str(stop),
+    load = subprocess.Popen([PYTHON, str(HERE / "stream_load.py"), GATEWAY + "/v1", key, "tiny-a", str(stop),
                              "--workers", "2", "--tokens", "96", "--pause", "1", "--max", "5000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)   # streams in flight before the first instance leaves

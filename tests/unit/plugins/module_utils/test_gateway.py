@@ -146,7 +146,8 @@ def test_the_filters_read_hostvars_and_turn_errors_into_filter_errors(tmp_path):
         gateway_filter.gateway_api_keys([{"name": "a", "key": "x"}])
     assert set(gateway_filter.FilterModule().filters()) == {"gateway_plans", "gateway_model", "gateway_api_keys",
                                                             "gateway_key_scopes", "gateway_key_limits", "gateway_key_budgets",
-                                                            "gateway_key_digests", "gateway_addresses", "gateway_edge",
+                                                            "gateway_key_digests", "gateway_key_summary", "gateway_key_probes",
+                                                            "gateway_probe_misses", "gateway_addresses", "gateway_edge",
                                                             "gateway_client_policy", "gateway_settings"}
     with pytest.raises(AnsibleFilterError, match="which no plan serves"):
         gateway_filter.gateway_key_scopes(gw.api_keys([{"name": "a", "key": "k" * 32, "models": ["nope"]}]),

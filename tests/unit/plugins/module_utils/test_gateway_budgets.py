@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -60,9 +61,14 @@ def gateway(tmp_path):
                                                                     {"tokens": 1000000, "per": "month"}]},
                          {"name": "other", "key": OTHER}])
     yield g
+    stop(g)
+
+
+def stop(g):
     stop_nginx(str(g["root"]))
     g["engine"].shutdown()
     g["engine"].server_close()
+    shutil.rmtree(g["state"], ignore_errors=True)
 
 
 def client(gateway, key, retries=0):
@@ -169,9 +175,7 @@ def test_each_periods_window_ends_where_the_calendar_says(tmp_path, per):
         if abs(left - 60) > 2:
             assert error.response.headers.get("x-should-retry") == ("false" if left > 60 else None)
     finally:
-        stop_nginx(str(g["root"]))
-        g["engine"].shutdown()
-        g["engine"].server_close()
+        stop(g)
 
 
 def test_bad_budgets_are_named_never_the_key():
@@ -191,6 +195,6 @@ def test_bad_budgets_are_named_never_the_key():
     assert keys[0]["budgets"] == [{"tokens": 5, "per": "day"}, {"tokens": 500, "per": "month"}]
     assert gw.key_budgets(keys, True) == {"names": ["team"], "lua": '{["team"] = {{tokens = 5, per = "day"}, {tokens = 500, per = "month"}}}'}
     with pytest.raises(gw.GatewayError, match=r"gateway_api_keys \(team\) have token budgets, which count the answers' usage: "
-                                              "turn gateway_usage_accounting on"):
+                                              "set gateway_usage_accounting to true"):
         gw.key_budgets(keys, False)
     assert gw.key_budgets(gw.api_keys([{"name": "x", "key": OTHER}]), False) == {"names": [], "lua": "{}"}

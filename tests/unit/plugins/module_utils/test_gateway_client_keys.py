@@ -19,9 +19,8 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 
-from llmfleet_testing import stop_nginx
 from test_gateway import _render
-from test_gateway_budgets import ask, start
+from test_gateway_budgets import ask, start, stop
 
 NEW = "team-new-0123456789abcdef"
 OLD = "team-old-0123456789abcdef"
@@ -42,9 +41,7 @@ def gateway(tmp_path):
     g["until"] = until
     g["tmp"] = tmp_path
     yield g
-    stop_nginx(str(g["root"]))
-    g["engine"].shutdown()
-    g["engine"].server_close()
+    stop(g)
 
 
 def client(gateway, key):
@@ -113,3 +110,23 @@ def test_bad_rotations_are_named_never_the_keys():
     assert keys[0]["previous"]["until_text"] == "2026-12-06T12:00:00Z"
     digests = gw.key_digests(keys)
     assert sorted(digests["names"].values()) == ["b", "b"] and list(digests["until"].values()) == [1796558400000]
+
+
+def test_the_summary_probes_and_misses_name_keys_by_name_only():
+    keys = [{"name": "a", "key": NEW, "previous_key": OLD, "previous_until": "2026-12-06T12:00:00Z", "models": ["tiny"],
+             "rate": "2r/s", "burst": 4, "budgets": [{"tokens": 1000, "per": "day"}]},
+            {"name": "b", "key": GONE, "max_conns": 0}]
+    checked = gw.api_keys(keys)
+    until = checked[0]["previous"]["until"]
+    lines = gw.key_summary(checked, until - 3 * 3600)
+    assert lines == ["a: models tiny; rate 2r/s burst 4; budget 1000 tokens per day; previous key accepted until "
+                     "2026-12-06T12:00:00Z (3 h from now)", "b: every model; max_conns 0"]
+    assert "refused since 2026-12-06T12:00:00Z: take previous_key and previous_until out" in gw.key_summary(checked, until + 1)[0]
+    assert all(k not in " ".join(lines) for k in (NEW, OLD, GONE))
+    inside = gw.key_probes(keys, checked, until - 60)
+    assert [(p["name"], p["which"], p["key"], p["status"]) for p in inside] == [
+        ("a", "key", NEW, 200), ("a", "previous key", OLD, 200), ("b", "key", GONE, 200)]
+    assert [p["status"] for p in gw.key_probes(keys, checked, until + 60)] == [200, 401, 200]
+    assert len(gw.key_probes(keys, checked, until + 2)) == 2, "either answer is right at the overlap's very end"
+    results = [{"item": p, "status": s} for p, s in zip(inside, (200, 401, 200))]
+    assert gw.probe_misses(results) == ["a's previous key: HTTP 401, expected 200"]

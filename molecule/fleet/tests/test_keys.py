@@ -92,6 +92,7 @@ def test_a_token_budget_runs_out_at_its_count_with_rate_limit_error(rotated):
         time.sleep((60 - now.minute) * 60 - now.second + 1)
     budget = client(BUDGETED)
     received = []
+    refused = None
     for n in range(60):
         messages = [{"role": "user", "content": f"Count to ten, please ({n})."}]
         try:
@@ -105,8 +106,7 @@ def test_a_token_budget_runs_out_at_its_count_with_rate_limit_error(rotated):
             refused = exc
             break
         received.append(usage.prompt_tokens + usage.completion_tokens)
-    else:
-        pytest.fail(f"no 429 after {sum(received)} tokens in {len(received)} answers")
+    assert refused is not None, f"no 429 after {sum(received)} tokens in {len(received)} answers"
     total = sum(received)
     print(f"[keys] budget 300 tokens per hour: {len(received)} answers, {total} tokens received, then HTTP "
           f"{refused.status_code} Retry-After {refused.response.headers.get('retry-after')} {json.dumps(refused.body)}")

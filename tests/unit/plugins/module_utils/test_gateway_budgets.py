@@ -57,9 +57,8 @@ def start(tmp_path, keys, interval=1):
 
 @pytest.fixture()
 def gateway(tmp_path):
-    g = start(tmp_path, [{"name": "team", "key": TEAM, "budgets": [{"tokens": 5 * (PROMPT + COMPLETION), "per": "day"},
-                                                                    {"tokens": 1000000, "per": "month"}]},
-                         {"name": "other", "key": OTHER}])
+    budgets = [{"tokens": 5 * (PROMPT + COMPLETION), "per": "day"}, {"tokens": 1000000, "per": "month"}]
+    g = start(tmp_path, [{"name": "team", "key": TEAM, "budgets": budgets}, {"name": "other", "key": OTHER}])
     yield g
     stop(g)
 

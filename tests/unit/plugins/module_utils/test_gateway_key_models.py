@@ -87,5 +87,6 @@ def test_a_model_no_plan_serves_in_a_keys_list_is_named():
         assert TEAM not in str(exc.value)
     with pytest.raises(gw.GatewayError, match="JavaScript's own word"):
         gw.api_keys([{"name": "__proto__", "key": TEAM, "models": ["tiny"]}])
-    with pytest.raises(gw.GatewayError, match=r"may have budgets, burst, max_conns, models, previous_key, previous_until, rate; it has \['key', 'name', 'scope'\]"):
+    with pytest.raises(gw.GatewayError,
+                       match=r"may have budgets, burst, max_conns, models, previous_key, previous_until, rate; it has \['key', 'name', 'scope'\]"):
         gw.api_keys([{"name": "team", "key": TEAM, "scope": ["tiny"]}])

@@ -262,7 +262,8 @@ def render_gateway(where: str, plans: Dict[str, dict], gateway_host: str, listen
                  "__gateway_model": "{{ __crosscheck_plans | llmfleet.serving.gateway_model('%s') }}" % gateway_host}},
              # the keys' scopes and own limits: the role's own task, as it is
              {"name": "scopes and limits", "ansible.builtin.set_fact": _gateway_role_facts(
-                 "__gateway_scopes", "__gateway_limits", "__gateway_budgets", "__gateway_digests")}]
+                 "__gateway_scopes", "__gateway_limits", "__gateway_budgets")},
+             {"name": "digests", "ansible.builtin.set_fact": _gateway_role_facts("__gateway_digests"), "no_log": True}]
     return _render_tree(where, "gateway", settings, tasks, gateway_role_files())
 
 

@@ -1,8 +1,9 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Filters over the gateway model: gateway_plans, gateway_model, gateway_api_keys, gateway_key_scopes, gateway_key_limits,
-gateway_key_budgets, gateway_key_digests, gateway_key_summary, gateway_key_probes, gateway_probe_misses, gateway_addresses, gateway_edge,
-gateway_client_policy and gateway_settings (docs in the sidecar YAML files)."""
+gateway_key_budgets, gateway_key_digests, gateway_key_summary, gateway_key_probes, gateway_probe_misses,
+gateway_probe_answered, gateway_addresses, gateway_edge, gateway_client_policy and gateway_settings (docs in the
+sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -51,12 +52,16 @@ def gateway_probe_misses(results):
     return _call(gw.probe_misses, list(results or []))
 
 
+def gateway_probe_answered(got, expected):
+    return _call(gw.probe_answered, got, expected)
+
+
 def gateway_key_digests(keys):
     return _call(gw.key_digests, list(keys or []))
 
 
-def gateway_key_budgets(keys, accounting=True):
-    return _call(gw.key_budgets, list(keys or []), bool(accounting))
+def gateway_key_budgets(keys, accounting=True, interval=2):
+    return _call(gw.key_budgets, list(keys or []), bool(accounting), interval)
 
 
 def gateway_key_limits(keys, key_max_conns=0):
@@ -88,6 +93,6 @@ class FilterModule:
                 "gateway_key_scopes": gateway_key_scopes, "gateway_key_limits": gateway_key_limits,
                 "gateway_key_budgets": gateway_key_budgets, "gateway_key_digests": gateway_key_digests,
                 "gateway_key_summary": gateway_key_summary, "gateway_key_probes": gateway_key_probes,
-                "gateway_probe_misses": gateway_probe_misses,
+                "gateway_probe_misses": gateway_probe_misses, "gateway_probe_answered": gateway_probe_answered,
                 "gateway_addresses": gateway_addresses, "gateway_edge": gateway_edge,
                 "gateway_client_policy": gateway_client_policy, "gateway_settings": gateway_settings}

@@ -126,6 +126,8 @@ NOT_VARIABLES: Dict[str, str] = {
     "llmfleet_gw": "nginx: the njs module of the gateway (gateway.conf js_import)",
     "llmfleet_key_name": "nginx: the client key's name ($llmfleet_key_name, js_set)",
     "llmfleet_affinity": "nginx: a conversation's digest, the hash key of a model routed by session or prefix (js_var)",
+    "llmfleet_stream": "nginx: 1 for a streamed request (js_var, the token budgets' estimate)",
+    "llmfleet_events": "nginx: the events of a streamed answer that passed (js_var, the token budgets' estimate)",
     "llmfleet_budgets": "nginx: the token budgets' shared memory zone and the Lua table of their code (budgets.conf)",
     "llmfleet_key_missing": "nginx: 1 for a request without a valid key, answered 401 (map)",
     "llmfleet_key_conns": "nginx: the requests-in-flight zone per client key (limit_conn_zone)",

@@ -257,7 +257,12 @@ def _previous(where: str, item: Mapping[str, Any], digests: set) -> Dict[str, An
     if not {"previous_key", "previous_until"} <= set(item):
         raise GatewayError(f"{where}: a rotated key needs previous_key and previous_until together (the old key, and when it "
                            "stops: 2026-12-06T12:00:00Z); take both out once the overlap is over")
-    until = str(item["previous_until"])
+    until = item["previous_until"]
+    if isinstance(until, datetime.datetime):
+        # YAML reads an unquoted 2026-12-06T12:00:00Z as a timestamp: taken as it is (one without a zone is UTC)
+        moment = until.astimezone(datetime.timezone.utc).replace(tzinfo=None) if until.tzinfo else until
+        until = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    until = str(until)
     if not UNTIL_RE.match(until):
         raise GatewayError(f"{where}.previous_until={until!r}: give the end of the overlap in UTC, such as 2026-12-06T12:00:00Z")
     try:
@@ -333,9 +338,16 @@ def probe_misses(results: Sequence[Mapping[str, Any]]) -> List[str]:
     for result in results:
         probe = result.get("item") or {}
         got = result.get("status")
-        if got != probe.get("status"):
-            misses.append(f"{probe.get('name')}'s {probe.get('which')}: HTTP {got}, expected {probe.get('status')}")
+        if not probe_answered(got, probe.get("status")):
+            said = f" ({str(result.get('msg'))[:200]})" if got in (None, -1) else ""
+            misses.append(f"{probe.get('name')}'s {probe.get('which')}: HTTP {got}{said}, expected {probe.get('status')}")
     return misses
+
+
+def probe_answered(got: Any, expected: Any) -> bool:
+    """Whether a probe's answer is the one expected: a key that must be accepted may get 200 or 429 (known, and held
+    back by its own rate: a probe is a request like any other); one that must be refused, 401."""
+    return got == 401 if expected == 401 else got in (200, 429)
 
 
 def _budgets(where: str, budgets: Any) -> List[Dict[str, Any]]:
@@ -358,17 +370,20 @@ def _budgets(where: str, budgets: Any) -> List[Dict[str, Any]]:
     return sorted(out, key=lambda b: BUDGET_PERIODS.index(b["per"]))
 
 
-def key_budgets(keys: Sequence[Mapping[str, Any]], accounting: bool) -> Dict[str, Any]:
+def key_budgets(keys: Sequence[Mapping[str, Any]], accounting: bool, interval: Any = 2) -> Dict[str, Any]:
     """The keys' token budgets for the gateway's Lua counters: {names: [key names with budgets], lua: a Lua table
-    literal {["name"] = {{tokens = N, per = "day"}, ...}}} (names are [A-Za-z0-9._-]: safe in a Lua string). Budgets
-    count the tokens of the answers' usage, which the gateway reads only with gateway_usage_accounting on."""
+    literal {["name"] = {{tokens = N, per = "day"}, ...}}} (names are [A-Za-z0-9._-]: safe in a Lua string), interval:
+    the seconds between two writes of the counters (gateway_budget_save_interval). Budgets count the tokens of the
+    answers' usage, which the gateway reads only with gateway_usage_accounting on."""
     budgets = {str(k["name"]): k["budgets"] for k in keys if k.get("budgets")}
     if budgets and not accounting:
         raise GatewayError(f"gateway_api_keys ({', '.join(sorted(budgets))}) have token budgets, which count the answers' usage: "
                            "set gateway_usage_accounting to true, or remove the budgets")
+    if isinstance(interval, bool) or not re.fullmatch(r"[1-9]\d{0,4}", str(interval)):
+        raise GatewayError(f"gateway_budget_save_interval={interval!r}: give a whole number of seconds, 1 or more")
     rows = [f'["{name}"] = {{' + ", ".join(f'{{tokens = {b["tokens"]}, per = "{b["per"]}"}}' for b in items) + "}"
             for name, items in sorted(budgets.items())]
-    return {"names": sorted(budgets), "lua": "{" + ", ".join(rows) + "}"}
+    return {"names": sorted(budgets), "lua": "{" + ", ".join(rows) + "}", "interval": int(interval)}
 
 
 def key_limits(keys: Sequence[Mapping[str, Any]], key_max_conns: int) -> Dict[str, Any]:

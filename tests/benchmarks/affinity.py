@@ -9,6 +9,7 @@ both instances, in tokens), TTFT p50/p95 of the turns after the first (the ones 
 how many requests each instance served.
 
     make bench-affinity     # or: python tests/benchmarks/affinity.py [--conversations 8] [--turns 5] [--workers 2]
+                            #     [--user-words 24] [--max-tokens 24] [--repeats 2]
 
 Each phase's conversations are new (other words, same lengths), so no phase reuses what an earlier one cached; vLLM
 caches whole blocks only (128 tokens on CPU), so the conversations are made long enough to fill several. The model is the
@@ -64,11 +65,11 @@ def words(rng, n):
     return " ".join(rng.choice(WORDS) for _word in range(n))
 
 
-def conversations(seed, count, turns):
+def conversations(seed, count, turns, user_words=24):
     """`count` conversations of `turns` user messages each: a system prompt of its own (so that no two share a cached
-    prefix), then short questions."""
+    prefix), then questions of `user_words` words (a long one stands for a pasted document)."""
     rng = random.Random(seed)
-    return [{"system": f"conversation {seed}-{i}: " + words(rng, 160), "users": [words(rng, 24) for _turn in range(turns)]}
+    return [{"system": f"conversation {seed}-{i}: " + words(rng, 160), "users": [words(rng, user_words) for _turn in range(turns)]}
             for i in range(count)]
 
 
@@ -138,6 +139,7 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--user-words", type=int, default=24, help="words per user message (a turn's new prompt)")
     args = parser.parse_args()
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-bench-affinity-"))
@@ -173,7 +175,7 @@ def main():
                 sys.exit(f"{inst['name']} did not become healthy; log tail:\n" + log_tail(str(work / f"{inst['name']}.log")))
         print(f"[bench-affinity] both engines and both gateways up in {time.monotonic() - started:.0f} s; "
               f"{args.conversations} conversations x {args.turns} turns per phase, {args.workers} at a time, "
-              f"{args.max_tokens} tokens per answer")
+              f"{args.max_tokens} tokens per answer, {args.user_words} words per user message")
         # warm-up: one short conversation through each gateway (not counted)
         for way in roots:
             phase(roots[way][1], key, conversations(999 + len(way), 2, 2), 2, args.max_tokens, ports)
@@ -182,8 +184,8 @@ def main():
         for repeat in range(args.repeats):
             for way in ("least_conn", "prefix"):
                 seed += 1
-                r = phase(roots[way][1], key, conversations(seed, args.conversations, args.turns), args.workers,
-                          args.max_tokens, ports)
+                r = phase(roots[way][1], key, conversations(seed, args.conversations, args.turns, args.user_words),
+                          args.workers, args.max_tokens, ports)
                 rows.append((way, repeat + 1, r))
                 print(f"[bench-affinity] {way:10} run {repeat + 1}: prefix-cache hit rate {r['hit_rate']:.1%} "
                       f"({r['hits']:.0f} of {r['queries']:.0f} prompt tokens), TTFT turns 2+ p50 {pct(r['later'], .5) * 1000:.0f} ms "

@@ -68,6 +68,7 @@ function route(r) {
         return;
     }
     r.variables.llmfleet_model = model;
+    r.variables.llmfleet_stream = body.stream === true ? '1' : '';
     if (r.variables.llmfleet_usage_accounting === '1') {
         r.variables.llmfleet_body = forwarded(r, body);
     }
@@ -170,12 +171,20 @@ var pending = null;
 
 // js_body_filter of the engine's answer. Every buffer passes on as the bytes it is, except in strip mode, where the
 // stream is passed on in whole events and vLLM's usage event (no choices, a usage) is left out. The last usage seen goes
-// into $llmfleet_prompt_tokens and $llmfleet_completion_tokens for the access log at the answer's end; they stay ''
-// where the answer has none (an error, a pooling answer) or never ended (the client went away).
-// The usage is remembered as soon as its object is whole in the window, not at the answer's end: a client that stops
-// reading at a stream's `data: [DONE]` (the official openai client closes the connection there) may be gone before
-// the engine's last bytes, and the filter never sees them.
+// into $llmfleet_prompt_tokens and $llmfleet_completion_tokens for the access log; they stay '' where the answer has
+// none (an error) or where its client went away before the usage passed. The usage is remembered as soon as its object
+// is whole in the window, not at the answer's end: a client that stops reading at a stream's `data: [DONE]` (the
+// official openai client closes the connection there) may be gone before the engine's last bytes, and the filter never
+// sees them. A stream's events are counted into $llmfleet_events (the token budgets' estimate for an answer cut off
+// before its usage).
+var events = 0;
 function usage(r, data, flags) {
+    if (r.variables.llmfleet_stream === '1') {
+        for (var at = data.indexOf('\n\n'); at >= 0; at = data.indexOf('\n\n', at + 2)) {
+            events++;
+        }
+        r.variables.llmfleet_events = String(events);
+    }
     look(data);
     var out = r.variables.llmfleet_usage_strip === '1' ? strip(data, flags.last) : data;
     if (capture) {

@@ -147,7 +147,8 @@ def test_the_filters_read_hostvars_and_turn_errors_into_filter_errors(tmp_path):
     assert set(gateway_filter.FilterModule().filters()) == {"gateway_plans", "gateway_model", "gateway_api_keys",
                                                             "gateway_key_scopes", "gateway_key_limits", "gateway_key_budgets",
                                                             "gateway_key_digests", "gateway_key_summary", "gateway_key_probes",
-                                                            "gateway_probe_misses", "gateway_addresses", "gateway_edge",
+                                                            "gateway_probe_misses", "gateway_probe_answered", "gateway_addresses",
+                                                            "gateway_edge",
                                                             "gateway_client_policy", "gateway_settings"}
     with pytest.raises(AnsibleFilterError, match="which no plan serves"):
         gateway_filter.gateway_key_scopes(gw.api_keys([{"name": "a", "key": "k" * 32, "models": ["nope"]}]),
@@ -197,7 +198,8 @@ def _render(tmp_path, model, edge=None, webui=None, tls_dir=None, **values):
     if not edge and "__gateway_digests" not in ctx:
         ctx["__gateway_digests"] = gw.key_digests(ctx["__gateway_keys"])
     if not edge and "__gateway_budgets" not in ctx:
-        ctx["__gateway_budgets"] = gw.key_budgets(ctx["__gateway_keys"], ctx["gateway_usage_accounting"])
+        ctx["__gateway_budgets"] = gw.key_budgets(ctx["__gateway_keys"], ctx["gateway_usage_accounting"],
+                                                  ctx.get("gateway_budget_save_interval", 2))
     files = {"nginx.conf.j2": "nginx.conf", "error_pages.inc.j2": "llmfleet/error_pages.inc"}
     files.update({"edge.conf.j2": "llmfleet/edge.conf"} if edge else
                  {"gateway.conf.j2": "llmfleet/gateway.conf", "engine_auth.inc.j2": "llmfleet/engine_auth.inc",

@@ -5,8 +5,11 @@ Lua module 0.10.23) with the gateway rendered from the role's templates, a stand
   next request is answered 429 token_budget_exceeded with Retry-After (the seconds left in the window) and reaches no
   engine; the client raises RateLimitError and, told the window ends in more than a minute, does not retry; another
   key is untouched;
-- the counters survive an nginx reload, a stop and start, and a crash (SIGKILL of every nginx process);
-- each period's window (minute ... month, UTC) ends where the calendar says;
+- the counters survive an nginx reload (the zone, the file taken away), a stop and start (the workers' exit writes
+  them), and a crash (SIGKILL of every nginx process: worker 0's timer had written them);
+- a stream whose client leaves before its usage passed is charged an estimate;
+- each period's window (minute ... month, UTC) ends where the calendar says, today and at fixed edges (leap days, a
+  year's end, a Sunday's last second);
 - bad budgets are refused naming the value, never the key."""
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import openai
 import pytest
@@ -35,7 +40,7 @@ OTHER = "other-key-0123456789abcdef"
 PROMPT, COMPLETION = 8, 12
 
 
-def start(tmp_path, keys, interval=1):
+def start(tmp_path, keys, interval=1, extra_http=""):
     engine = Engine(free_port())
     plan = {"host": "gw", "deployments": [{"name": "tiny", "instances": [
         {"name": "tiny-0", "served_model_name": "tiny", "port": engine.server_address[1], "bind_address": "127.0.0.1"}]}]}
@@ -46,7 +51,7 @@ def start(tmp_path, keys, interval=1):
     subprocess.run(["chown", "www-data:www-data", state], check=True)
     root = _render(tmp_path, model, gateway_listen=[f"127.0.0.1:{port}"], __gateway_keys=gw.api_keys(keys),
                    gateway_usage_accounting=True, gateway_budget_save_interval=interval, __gateway_budget_dir=state,
-                   gateway_rate_limit="1000r/s", gateway_rate_burst=1000)
+                   gateway_rate_limit="1000r/s", gateway_rate_burst=1000, gateway_extra_http_config=extra_http)
     conf = root / "llmfleet" / "gateway.conf"
     conf.write_text(conf.read_text().replace("/var/log/nginx/llmfleet-gateway.access.log", str(tmp_path / "access.log")))
     checked = _nginx_t(root)
@@ -117,25 +122,8 @@ def test_a_budget_runs_out_at_its_count_streamed_or_not_with_429_and_retry_after
     assert ask(client(gateway, OTHER)).usage.total_tokens == PROMPT + COMPLETION
 
 
-def test_the_counters_survive_a_reload_a_restart_and_a_crash(gateway):
-    team = client(gateway, TEAM)
-    for _n in range(5):
-        ask(team)
-    refused(gateway)
-    root = gateway["root"]
-    master = int((root / "nginx.pid").read_text())
-    os.kill(master, signal.SIGHUP)
-    time.sleep(1)
-    assert refused(gateway).body["code"] == "token_budget_exceeded", "after a reload"
-    stop_nginx(str(root))
-    counters = open(os.path.join(gateway["state"], "counters"), encoding="utf-8").read()
-    print(f"\nthe counters' file after a stop:\n{counters}")
-    assert "\tu:" not in counters and counters.startswith("u:team:day:") and TEAM not in counters
-    start_nginx(str(root))
-    assert refused(gateway).body["code"] == "token_budget_exceeded", "after a stop and a start"
-    # a crash: every nginx process killed at once (no worker writes anything on its way out); the file is at most one
-    # save interval behind, and the budget was used up before it
-    time.sleep(1.5)
+def kill_all(root):
+    """A crash: every nginx process of `root` killed at once (no worker writes anything on its way out)."""
     master = int((root / "nginx.pid").read_text())
     pids = [master] + [int(p) for p in subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True,
                                                       check=False).stdout.split()]
@@ -143,10 +131,107 @@ def test_the_counters_survive_a_reload_a_restart_and_a_crash(gateway):
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     (root / "nginx.pid").unlink()
+
+
+def test_a_reload_keeps_the_counters_and_a_crash_loses_at_most_one_interval(gateway):
+    team = client(gateway, TEAM)
+    for _n in range(5):
+        ask(team)
+    refused(gateway)
+    root, counters = gateway["root"], os.path.join(gateway["state"], "counters")
+    time.sleep(1.5)          # the save interval is 1 s: the counters are in the file
+    assert open(counters, encoding="utf-8").read().startswith("u:team:day:")
+    # a reload: the file taken away first, so only the zone nginx kept can still know the count
+    os.unlink(counters)
+    os.kill(int((root / "nginx.pid").read_text()), signal.SIGHUP)
+    time.sleep(1)
+    assert refused(gateway).body["code"] == "token_budget_exceeded", "after a reload"
+    # new tokens (another key), one interval, then a crash: worker 0's timer wrote them, with team's
+    other = client(gateway, OTHER)
+    assert ask(other).usage.total_tokens == PROMPT + COMPLETION
+    time.sleep(1.5)
+    kill_all(root)
+    text = open(counters, encoding="utf-8").read()
+    print(f"\nthe counters' file after a crash:\n{text}")
+    assert TEAM not in text and OTHER not in text and "u:team:day:" in text
     start_nginx(str(root))
     error = refused(gateway)
     assert error.body["code"] == "token_budget_exceeded" and "(100 used)" in error.body["message"], "after a crash"
-    assert ask(client(gateway, OTHER)).usage.total_tokens == PROMPT + COMPLETION
+
+
+def test_a_stop_writes_the_counters_before_the_next_save_and_the_start_reads_them(tmp_path):
+    # a save interval of an hour: only the workers' exit writes the file
+    g = start(tmp_path, [{"name": "team", "key": TEAM, "budgets": [{"tokens": 5 * (PROMPT + COMPLETION), "per": "day"}]}],
+              interval=3600)
+    try:
+        for _n in range(5):
+            ask(client(g, TEAM))
+        counters = os.path.join(g["state"], "counters")
+        assert not os.path.exists(counters)
+        stop_nginx(str(g["root"]))
+        assert open(counters, encoding="utf-8").read().startswith("u:team:day:")
+        start_nginx(str(g["root"]))
+        assert "(100 used)" in refused(g).body["message"], "after a stop and a start"
+    finally:
+        stop(g)
+
+
+def test_a_stream_its_client_leaves_before_the_usage_is_charged_an_estimate(gateway):
+    """A client that reads a few events of a long stream and hangs up: nginx stops the engine, no usage ever passes;
+    the key is charged a token per 4 bytes of its request and one per event that passed."""
+    team = client(gateway, TEAM)
+    stream = team.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=400,
+                                          stream=True, extra_headers={"X-Test-Slow": "0.05"})
+    for n, _chunk in enumerate(stream):
+        if n == 4:
+            break
+    stream.close()
+    time.sleep(1)
+    line = json.loads(gateway["log"].read_text().splitlines()[-1])
+    assert line["status"] == "200" and line["prompt_tokens"] == "" and line["completion_tokens"] == "", line
+    charged = int(line["request_length"]) // 4
+    error = refused(gateway)
+    used = int(re.search(r"\((\d+) used\)", error.body["message"]).group(1))
+    print(f"\na stream left after 5 events: charged {used} tokens (request {line['request_length']} bytes)")
+    assert charged + 5 <= used <= charged + 12, (used, charged)
+
+
+WINDOW_PORT = free_port()
+WINDOW_SERVER = """server {
+    listen 127.0.0.1:%d;
+    access_log off;
+    location = /window {
+        content_by_lua_block {
+            local start, stop = llmfleet_budgets.window(ngx.var.arg_per, tonumber(ngx.var.arg_now))
+            ngx.say(start, " ", stop)
+        }
+    }
+}""" % WINDOW_PORT
+
+
+def test_the_windows_of_the_calendars_edges(tmp_path):
+    """The Lua code's windows at fixed moments, through a test server beside the gateway (gateway_extra_http_config)."""
+    g = start(tmp_path, [{"name": "team", "key": TEAM, "budgets": [{"tokens": 1, "per": "day"}]}], extra_http=WINDOW_SERVER)
+
+    def at(text):
+        return int(datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc).timestamp())
+    cases = [("month", "2024-02-29T12:00:00", "2024-02-01T00:00:00", "2024-03-01T00:00:00"),      # a leap day
+             ("month", "2100-02-28T23:59:59", "2100-02-01T00:00:00", "2100-03-01T00:00:00"),      # 2100 is no leap year
+             ("month", "2025-12-31T23:59:59", "2025-12-01T00:00:00", "2026-01-01T00:00:00"),      # the year's end
+             ("month", "2026-01-01T00:00:00", "2026-01-01T00:00:00", "2026-02-01T00:00:00"),
+             ("week", "2025-12-31T23:59:59", "2025-12-29T00:00:00", "2026-01-05T00:00:00"),       # a Wednesday
+             ("week", "2026-12-06T23:59:59", "2026-11-30T00:00:00", "2026-12-07T00:00:00"),       # a Sunday's last second
+             ("week", "2026-12-07T00:00:00", "2026-12-07T00:00:00", "2026-12-14T00:00:00"),       # a Monday's first
+             ("day", "2024-02-29T23:59:59", "2024-02-29T00:00:00", "2024-03-01T00:00:00"),
+             ("hour", "2026-12-31T23:30:00", "2026-12-31T23:00:00", "2027-01-01T00:00:00"),
+             ("minute", "2026-12-31T23:59:30", "2026-12-31T23:59:00", "2027-01-01T00:00:00")]
+    try:
+        for per, now, first, last in cases:
+            with urllib.request.urlopen(f"http://127.0.0.1:{WINDOW_PORT}/window?per={per}&now={at(now)}", timeout=10) as answer:
+                got = answer.read().decode().split()
+            assert [int(x) for x in got] == [at(first), at(last)], (per, now, got)
+    finally:
+        stop(g)
 
 
 @pytest.mark.parametrize("per", gw.BUDGET_PERIODS)
@@ -192,8 +277,12 @@ def test_bad_budgets_are_named_never_the_key():
         gw.api_keys([{"name": "team", "key": TEAM, "budgets": {"tokens": 5, "per": "day"}}])
     keys = gw.api_keys([{"name": "team", "key": TEAM, "budgets": [{"tokens": "500", "per": "month"}, {"tokens": 5, "per": "day"}]}])
     assert keys[0]["budgets"] == [{"tokens": 5, "per": "day"}, {"tokens": 500, "per": "month"}]
-    assert gw.key_budgets(keys, True) == {"names": ["team"], "lua": '{["team"] = {{tokens = 5, per = "day"}, {tokens = 500, per = "month"}}}'}
+    assert gw.key_budgets(keys, True) == {"names": ["team"], "interval": 2,
+                                          "lua": '{["team"] = {{tokens = 5, per = "day"}, {tokens = 500, per = "month"}}}'}
+    for interval in (0, -1, "2s", True):
+        with pytest.raises(gw.GatewayError, match=r"gateway_budget_save_interval=.*: give a whole number of seconds, 1 or more"):
+            gw.key_budgets(keys, True, interval)
     with pytest.raises(gw.GatewayError, match=r"gateway_api_keys \(team\) have token budgets, which count the answers' usage: "
                                               "set gateway_usage_accounting to true"):
         gw.key_budgets(keys, False)
-    assert gw.key_budgets(gw.api_keys([{"name": "x", "key": OTHER}]), False) == {"names": [], "lua": "{}"}
+    assert gw.key_budgets(gw.api_keys([{"name": "x", "key": OTHER}]), False) == {"names": [], "lua": "{}", "interval": 2}

@@ -34,8 +34,8 @@ def utc(seconds_from_now):
 
 @pytest.fixture()
 def gateway(tmp_path):
-    # the overlap ends 4 s from now (whole seconds)
-    until = utc(4)
+    # the overlap ends 10 s from now (whole seconds): room for nginx's start and two requests on a busy machine
+    until = utc(10)
     g = start(tmp_path, [{"name": "team", "key": NEW, "previous_key": OLD, "previous_until": until},
                          {"name": "gone", "key": GONE}])
     g["until"] = until
@@ -128,5 +128,18 @@ def test_the_summary_probes_and_misses_name_keys_by_name_only():
         ("a", "key", NEW, 200), ("a", "previous key", OLD, 200), ("b", "key", GONE, 200)]
     assert [p["status"] for p in gw.key_probes(keys, checked, until + 60)] == [200, 401, 200]
     assert len(gw.key_probes(keys, checked, until + 2)) == 2, "either answer is right at the overlap's very end"
-    results = [{"item": p, "status": s} for p, s in zip(inside, (200, 401, 200))]
-    assert gw.probe_misses(results) == ["a's previous key: HTTP 401, expected 200"]
+    results = [{"item": p, "status": s} for p, s in zip(inside, (200, 401, 429))]
+    assert gw.probe_misses(results) == ["a's previous key: HTTP 401, expected 200"], "429: known, held back by its own rate"
+    refused = [{"item": dict(inside[1], status=401), "status": 200}, {"item": inside[0], "status": -1,
+                                                                       "msg": "Request failed: <urlopen error [Errno 111] Connection refused>"}]
+    assert gw.probe_misses(refused) == ["a's previous key: HTTP 200, expected 401",
+                                        "a's key: HTTP -1 (Request failed: <urlopen error [Errno 111] Connection refused>), expected 200"]
+
+
+def test_an_unquoted_yaml_time_is_taken_as_the_overlaps_end():
+    import yaml  # pylint: disable=import-outside-toplevel
+    for text in ("2026-12-06T12:00:00Z", "2026-12-06 13:00:00+01:00", "2026-12-06T12:00:00"):
+        value = yaml.safe_load(f"until: {text}")["until"]
+        assert isinstance(value, datetime.datetime), value
+        keys = gw.api_keys([{"name": "a", "key": NEW, "previous_key": OLD, "previous_until": value}])
+        assert keys[0]["previous"]["until_text"] == "2026-12-06T12:00:00Z", text

@@ -36,6 +36,7 @@ from test_gateway_usage import Engine
 
 TEAM = "team-key-0123456789abcdef"
 OTHER = "other-key-0123456789abcdef"
+SPARE = "spare-key-0123456789abcdef"
 # the stand-in engine's usage: prompt = words of the first message + 7, completion = max_tokens
 PROMPT, COMPLETION = 8, 12
 
@@ -63,7 +64,8 @@ def start(tmp_path, keys, interval=1, extra_http=""):
 @pytest.fixture()
 def gateway(tmp_path):
     budgets = [{"tokens": 5 * (PROMPT + COMPLETION), "per": "day"}, {"tokens": 1000000, "per": "month"}]
-    g = start(tmp_path, [{"name": "team", "key": TEAM, "budgets": budgets}, {"name": "other", "key": OTHER}])
+    g = start(tmp_path, [{"name": "team", "key": TEAM, "budgets": budgets}, {"name": "other", "key": OTHER},
+                         {"name": "spare", "key": SPARE, "budgets": [{"tokens": PROMPT + COMPLETION, "per": "day"}]}])
     yield g
     stop(g)
 
@@ -146,17 +148,17 @@ def test_a_reload_keeps_the_counters_and_a_crash_loses_at_most_one_interval(gate
     os.kill(int((root / "nginx.pid").read_text()), signal.SIGHUP)
     time.sleep(1)
     assert refused(gateway).body["code"] == "token_budget_exceeded", "after a reload"
-    # new tokens (another key), one interval, then a crash: worker 0's timer wrote them, with team's
-    other = client(gateway, OTHER)
-    assert ask(other).usage.total_tokens == PROMPT + COMPLETION
+    # new tokens (another key with a budget), one interval, then a crash: worker 0's timer wrote them, with team's
+    assert ask(client(gateway, SPARE)).usage.total_tokens == PROMPT + COMPLETION
     time.sleep(1.5)
     kill_all(root)
     text = open(counters, encoding="utf-8").read()
     print(f"\nthe counters' file after a crash:\n{text}")
-    assert TEAM not in text and OTHER not in text and "u:team:day:" in text
+    assert TEAM not in text and SPARE not in text and "u:team:day:" in text and "u:spare:day:" in text
     start_nginx(str(root))
     error = refused(gateway)
     assert error.body["code"] == "token_budget_exceeded" and "(100 used)" in error.body["message"], "after a crash"
+    assert "(20 used)" in refused(gateway, SPARE).body["message"], "the tokens the timer wrote just before the crash"
 
 
 def test_a_stop_writes_the_counters_before_the_next_save_and_the_start_reads_them(tmp_path):

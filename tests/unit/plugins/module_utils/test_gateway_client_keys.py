@@ -130,10 +130,10 @@ def test_the_summary_probes_and_misses_name_keys_by_name_only():
     assert len(gw.key_probes(keys, checked, until + 2)) == 2, "either answer is right at the overlap's very end"
     results = [{"item": p, "status": s} for p, s in zip(inside, (200, 401, 429))]
     assert gw.probe_misses(results) == ["a's previous key: HTTP 401, expected 200"], "429: known, held back by its own rate"
-    refused = [{"item": dict(inside[1], status=401), "status": 200}, {"item": inside[0], "status": -1,
-                                                                       "msg": "Request failed: <urlopen error [Errno 111] Connection refused>"}]
+    failure = "Request failed: <urlopen error [Errno 111] Connection refused>"
+    refused = [{"item": dict(inside[1], status=401), "status": 200}, {"item": inside[0], "status": -1, "msg": failure}]
     assert gw.probe_misses(refused) == ["a's previous key: HTTP 200, expected 401",
-                                        "a's key: HTTP -1 (Request failed: <urlopen error [Errno 111] Connection refused>), expected 200"]
+                                        f"a's key: HTTP -1 ({failure}), expected 200"]
 
 
 def test_an_unquoted_yaml_time_is_taken_as_the_overlaps_end():

@@ -58,6 +58,7 @@ class ModelProfile:
     attn_output_gate: bool = False
     vision: bool = False
     vision_parameters: int = 0
+    mtp_layers: int = 0                         # multi-token-prediction layers shipped for speculative decoding
     quant_method: Optional[str] = None          # None (the torch_dtype), fp8, gptq, awq, ...
     quant_bits: Optional[int] = None
     quant_group_size: Optional[int] = None
@@ -871,6 +872,9 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         weight_block_size=(int(block[0]), int(block[1])) if block and len(block) == 2 else None,
         num_labels=num_labels(text), pad_token_id=int(text["pad_token_id"]) if isinstance(text.get("pad_token_id"), int) else None,
         is_causal=text.get("is_causal") if isinstance(text.get("is_causal"), bool) else None, **dict(side or {}),
+        # the multi-token-prediction layers a checkpoint ships for speculative decoding (DeepSeek-V3 / GLM-4.5 / MiMo
+        # num_nextn_predict_layers, Qwen3-Next / Qwen3.5 mtp_num_hidden_layers); vLLM loads them only for --speculative-config
+        mtp_layers=int(_get(text, "num_nextn_predict_layers", 0) or _get(text, "mtp_num_hidden_layers", 0) or 0),
     )
     if params["torch_dtype"] not in DTYPE_BYTES:
         raise ModelError(f"{source}: torch_dtype {params['torch_dtype']!r} is not one the planner knows")

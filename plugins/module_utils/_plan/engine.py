@@ -145,7 +145,7 @@ def launch_args(launch: Launch) -> List[str]:
     args += ["--dtype", launch.dtype]
     args += list(launch.runner_args)
     quant = launch.quantization
-    if quant in ("gptq", "awq") or (quant and launch.vendor in ("hygon", "amd")):
+    if quant in ("gptq", "awq") or (quant and launch.vendor in ("hygon", "amd")) or (quant and launch.quantize_at_load):
         args += ["--quantization", quant]
     if launch.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", launch.kv_cache_dtype]

@@ -57,7 +57,9 @@ ENGINE_KEYS = {"version", "image", "cuda", "accept_advisories"}
 # plan_host's options (playbooks/plan.yml fills them from the inventory)
 PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata", "ports_in_force",
                 "host_ports"}
-WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision"}
+WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision", "quality"}
+# workload.quality: what the plan may trade of the outputs for speed (_plan.levers); exact changes nothing
+QUALITY = ("exact", "fp8")
 OVERRIDE_KEYS = {"tensor_parallel_size", "instances", "dtype", "quantization", "kv_cache_dtype", "attention_backend",
                  "max_model_len", "max_num_seqs", "gpu_memory_utilization", "enforce_eager", "max_num_batched_tokens",
                  "reasoning_parser", "tool_call_parser", "image", "cpu_kvcache_space_gib", "expert_parallel",
@@ -113,6 +115,9 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                             "reasons name): weighs the TP layout and decides fp8 KV; admission stays vLLM's default.",
     "workload.goal": "throughput (default: the smallest TP whose instances hold the declared concurrency at a declared max_model_len, "
                      "else the smallest that fits: most replicas) or latency (the widest TP on all-to-all NVLink).",
+    "workload.quality": "exact (default: the outputs are the checkpoint's) or fp8: the plan may quantize a 16-bit checkpoint's "
+                        "weights to FP8 at load (--quantization fp8) on GPUs with FP8 tensor cores and, for the throughput goal, "
+                        "keep the KV cache in fp8 where it outweighs the weights (docs/planner.md#speed-levers).",
     "workload.thinking": "Default enable_thinking of a hybrid thinking model's chat template (default false: answers without "
                          "a thinking section; clients may still ask per request).",
     "workload.tools": "Tool calling on (default true): the family's tool-call parser and --enable-auto-tool-choice.",
@@ -215,6 +220,9 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}].workload.concurrency={conc!r}: a positive number of concurrent requests")
         if w.get("goal", "throughput") not in ("throughput", "latency"):
             raise PlanError(f"{where}[{i}].workload.goal={w.get('goal')!r}: throughput or latency")
+        if w.get("quality", "exact") not in QUALITY:
+            raise PlanError(f"{where}[{i}] ({name}).workload.quality={w.get('quality')!r}: {' or '.join(QUALITY)} (fp8 lets the plan "
+                            "quantize weights and KV cache to FP8 for speed)")
         gpus = d.get("gpus", "all")
         if not (gpus == "all" or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0)
                 or (isinstance(gpus, list) and gpus and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus))):
@@ -472,7 +480,7 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
     w = dict(d.get("workload") or {})
     o = dict(d.get("overrides") or {})
     max_model_len = o.get("max_model_len", w.get("max_model_len", "auto"))
-    return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"),
+    return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"), quality=w.get("quality", "exact"),
                    concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)), trust_remote_code=bool(d.get("trust_remote_code", False)),
                    max_model_len=max_model_len if max_model_len == "auto" else int(max_model_len))
 

@@ -132,7 +132,7 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             ctx.warnings.extend(group_warnings(name, groups, hw))
     launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), vendor=vendor, tensor_parallel_size=tp,
                      pipeline_parallel_size=layout.pp,
-                     quantization=precision.quant, gpu_memory_utilization=budget.util, capture=feats.capture,
+                     quantization=precision.quant, quantize_at_load=precision.at_load, gpu_memory_utilization=budget.util, capture=feats.capture,
                      attention_backend=feats.backend, encoder_backend=feats.encoder, expert_parallel=layout.expert_parallel)
     budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)

@@ -24,6 +24,7 @@ class Request:
     concurrency: int
     max_model_len: Union[int, str]    # tokens, or "auto": the longest the KV cache holds
     trust_remote_code: bool = False   # the deployment lets vLLM run the model's own code (--trust-remote-code)
+    quality: str = "exact"            # workload.quality: fp8 lets the levers trade precision for speed (_plan.levers)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Precision:
     quant: Optional[str]
     dtype: str
     eager: bool
+    at_load: bool = False          # quant is applied by vLLM at load to a 16-bit checkpoint (--quantization fp8, _plan.levers)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ class Launch:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     quantization: Optional[str] = None
+    quantize_at_load: bool = False                   # --quantization even where the checkpoint's config would say it (_plan.levers)
     gpu_memory_utilization: Optional[float] = None
     max_num_batched_tokens: Optional[int] = None     # overrides.max_num_batched_tokens; vLLM's default otherwise
     capture: Optional[int] = None                    # --max-cudagraph-capture-size when the plan sets it

@@ -1,0 +1,116 @@
+# Copyright: llmfleet.serving developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The speed levers vLLM's defaults leave alone, weighed per deployment from the declared workload and what the inventory
+permits (workload.quality): each pulled or not with its reason (docs/planner.md#speed-levers).
+
+- FP8 weights at load: `--quantization fp8` on a 16-bit checkpoint (weights_at_load);
+- the KV cache in fp8 where it outweighs the weights (kv_for_speed);
+- speculative decoding and the fused-MoE kernel's tuned configs, said and not pulled (unpulled)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Tuple
+
+from .._models import DTYPE_BYTES, ModelProfile, estimate_weight_bytes, kv_bytes_per_token
+from .base import Ctx
+from .sharding import fp8_kv_sound
+from .stages import Placement, Precision, Request
+
+# Measured on the lent H200 (vLLM 0.26.0, dummy weights, 512 prompt + 128 output tokens; docs/benchmarks/h200.md, "Speed
+# levers"): output tok/s of `--quantization fp8` over vLLM's defaults at concurrency 1 / 32 / 128.
+FP8_MEASURED = ("Qwen3-8B 1.40x / 1.23-1.26x / 0.91-0.98x, Qwen3-30B-A3B 0.98x / 2.4-2.9x / 1.5-1.9x (H200, vLLM 0.26, "
+                "docs/benchmarks/h200.md)")
+# vLLM's FP8 W8A8 GEMMs need FP8 tensor cores: platforms/cuda.py has_device_capability(89) (supports_fp8); below it
+# quantization/fp8.py runs the weights through Marlin W8A16 (weight-only), which no lease here measured.
+FP8_GEMM_MIN_CC = 89
+
+
+def _fp8_profile(m: ModelProfile) -> ModelProfile:
+    """The profile of the weights vLLM holds after quantizing a 16-bit checkpoint at load: every linear layer of the decoder
+    in FP8 with a per-tensor scale (quantization/fp8.py Fp8LinearMethod / Fp8MoEMethod, dynamic activation scales); the
+    embeddings, the LM head (a VocabParallelEmbedding, not a linear layer) and the MoE router (built with quant_config=None,
+    models/qwen3_moe.py) stay in the checkpoint's dtype. The file's own byte count is scaled by the estimate's ratio, so a
+    listed size keeps its calibration."""
+    params = asdict(m)
+    full = estimate_weight_bytes(params)
+    fp8 = estimate_weight_bytes(dict(params, quant_method="fp8", quant_bits=8, weight_block_size=None, quant_lm_head=False,
+                                     quant_unquantized={"router": 1.0}))
+    weight_bytes = int(m.weight_bytes * fp8 / full) if full else m.weight_bytes
+    return replace(m, quant_method="fp8", quant_bits=8, weight_block_size=None, weight_bytes=weight_bytes,
+                   weight_bytes_source=f"{m.weight_bytes_source}, x {fp8 / full:.3f} for FP8 linear layers quantized at load")
+
+
+def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Precision, ctx: Ctx) -> Tuple[ModelProfile, Precision]:
+    """FP8 weights for a 16-bit checkpoint, quantized by vLLM at load (`--quantization fp8`): about half the weight bytes, so
+    a decode step reads half as much and the KV cache gets the rest. It changes the outputs (per-tensor FP8 rounding of every
+    linear layer), so only `workload.quality: fp8` permits it; returns the profile the memory model then sizes (its weights
+    in FP8) and the precision, unchanged where the lever is not pulled."""
+    if req.quality != "fp8" or not p.accs:
+        return m, precision
+    lever = "quantization=fp8 (at load)"
+    if req.overrides.get("quantization"):
+        ctx.why(f"{lever}: not pulled", f"overrides.quantization={req.overrides['quantization']} decides the weights")
+        return m, precision
+    if m.quant_method is not None or precision.quant is not None:
+        ctx.why(f"{lever}: not pulled", f"{m.id} is already quantized ({precision.quant or m.quant_method})")
+        return m, precision
+    if DTYPE_BYTES.get(precision.dtype, 2) != 2 or precision.dtype not in ("bfloat16", "float16"):
+        ctx.why(f"{lever}: not pulled", f"the plan runs {precision.dtype}; vLLM's FP8 kernels take 16-bit activations")
+        return m, precision
+    if p.vendor != "nvidia" or p.cc < FP8_GEMM_MIN_CC:
+        where = f"sm{p.cc}" if p.vendor == "nvidia" else f"{p.vendor} {p.arch}"
+        ctx.why(f"{lever}: not pulled", f"{where}: vLLM runs FP8 W8A8 GEMMs on NVIDIA sm{FP8_GEMM_MIN_CC}+ (platforms/cuda.py "
+                "supports_fp8); elsewhere its FP8 path is weight-only or unmeasured here, so no speed is claimed")
+        return m, precision
+    fp8 = _fp8_profile(m)
+    ctx.why("quantization=fp8 (at load)", f"workload.quality fp8 permits it: vLLM quantizes {m.id}'s linear layers to FP8 at load "
+            f"(dynamic activation scales, vLLM docs features/quantization/fp8), {m.weight_bytes / 2 ** 30:.1f} -> "
+            f"{fp8.weight_bytes / 2 ** 30:.1f} GiB of weights: decode reads half the bytes and the KV cache gets the rest; "
+            f"measured over vLLM's defaults: {FP8_MEASURED}")
+    return fp8, replace(precision, quant="fp8", at_load=True)
+
+
+def kv_for_speed(m: ModelProfile, req: Request, p: Placement, kv_dtype: str, ctx: Ctx) -> str:
+    """fp8 KV as a speed lever (stage 7, before the layout): under `workload.quality: fp8` and the throughput goal, where the
+    declared requests' KV at max_model_len outweighs the weights, so that the KV is most of what a full decode step reads
+    (each step reads every weight once and each running request's KV once); fp8 halves it. For the latency goal a single
+    stream's KV is small next to the weights, and the plan leaves the KV dtype to the fit rules."""
+    if req.quality != "fp8" or kv_dtype != "auto" or req.overrides.get("kv_cache_dtype") or not p.accs:
+        return kv_dtype
+    lever = "kv_cache_dtype=fp8 (for speed)"
+    if not fp8_kv_sound(p, m, req.version):
+        ctx.why(f"{lever}: not pulled", f"fp8 KV is not sound for {m.id} on {p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'}")
+        return kv_dtype
+    length = 8192 if req.max_model_len == "auto" else int(req.max_model_len)
+    kv = req.concurrency * length * kv_bytes_per_token(m, 1, 2)
+    weights = m.weight_bytes
+    if req.goal != "throughput":
+        ctx.why(f"{lever}: not pulled", "the goal is latency: one stream's KV is small next to the weights, so fp8 KV buys little "
+                "there and costs a conversion on every write")
+        return kv_dtype
+    if kv < weights:
+        ctx.why(f"{lever}: not pulled", f"{req.concurrency} requests x {length} tokens hold {kv / 2 ** 30:.1f} GiB of KV, less than "
+                f"the {weights / 2 ** 30:.1f} GiB of weights every decode step reads: halving the KV would buy less than a third")
+        return kv_dtype
+    ctx.why("kv_cache_dtype=fp8", f"workload.quality fp8 permits it and the load is KV-bound: {req.concurrency} requests x {length} "
+            f"tokens hold {kv / 2 ** 30:.1f} GiB of KV in 16 bits against {weights / 2 ** 30:.1f} GiB of weights, and a decode step "
+            "reads both; fp8 halves the KV's bytes and doubles the tokens the cache holds")
+    return "fp8"
+
+
+def unpulled(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> None:
+    """The levers the plan names for the latency goal and leaves to the operator, with why: speculative decoding gains by its
+    acceptance rate, which depends on the weights and the traffic, and its draft's memory is not in the memory model."""
+    if req.goal != "latency" or not p.accs:
+        return
+    heads = m.mtp_layers
+    if heads:
+        ctx.why("speculative decoding (MTP): not pulled", f"{m.id} ships {heads} multi-token-prediction layer(s) vLLM can draft with "
+                "(extra_args --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'); the outputs keep their "
+                "distribution, but the gain is the acceptance rate, which only the real weights on your traffic show, and the "
+                "draft's weights and KV are not in this plan's memory: try it and compare with playbooks/bench.yml")
+    else:
+        ctx.why("speculative decoding: not pulled", "the latency goal could draft with n-grams of the prompt (extra_args "
+                "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}'), which "
+                "pays only where answers repeat their prompt (code edits, extraction): measure it on your traffic")

@@ -1,0 +1,71 @@
+"""Write tests/gpu/runs-levers.json (issue 39): the planner's speed levers against vLLM's defaults in one lease, on a dense
+(Qwen3-8B) and a MoE (Qwen3-30B-A3B) model, for a declared `h200x1` host at the declared concurrency 32, with
+`workload.quality: fp8` (the inventory permits the FP8 trade) and both goals. Each model's defaults run twice (the `-r2`
+row): the spread of one configuration that every ratio is read against. A goal whose plan is the other goal's command
+line is not run twice: its rows name the run they share (`same_as`). runs.json is not touched.
+
+    .venv/bin/python tests/gpu/make_lever_runs.py
+
+The sweep is 1, 32 and 128 (4x the declared concurrency), 512 prompt + 128 output tokens, warmed up by one run of 256
+prompts at 128 (make_runs.FIXTURE_BENCH): about 200-250 s of device time a configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from make_runs import FIXTURE_BENCH, MAX_LEN, ROOT, deployment, outside_container  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile  # noqa: E402
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import plan_host  # noqa: E402
+
+MODELS = [("dense", "Qwen/Qwen3-8B"), ("moe", "Qwen/Qwen3-30B-A3B")]
+GOALS = ("throughput", "latency")
+OUT = ROOT / "tests" / "gpu" / "runs-levers.json"
+
+
+def plan_of(model: str, served: str, goal: str) -> tuple:
+    dep = deployment(model, served)
+    dep["workload"].update(goal=goal, quality="fp8")
+    plan = plan_host("h200x1", hardware_profile("h200x1"), [dep])
+    assert not plan["errors"], plan["errors"]
+    [inst] = plan["deployments"][0]["instances"]
+    return dep, dict(inst, args=outside_container(inst["args"])), plan["deployments"][0]["reasons"]
+
+
+def main() -> int:
+    runs = []
+    for kind, model in MODELS:
+        served = model.rsplit("/", maxsplit=1)[-1].lower()
+        base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "bench": FIXTURE_BENCH,
+                "carry_args": [], "startup_budget": 420}
+        seen = {}
+        for goal in GOALS:
+            dep, inst, reasons = plan_of(model, served, goal)
+            args = inst["args"][1:]
+            label = f"lever-{kind}-{goal}"
+            levers = [r["decision"] for r in reasons if "fp8" in r["decision"] or "pulled" in r["decision"]]
+            row = {**base, "label": label, "config": f"planner, goal {goal}, quality fp8 ({'; '.join(levers)})", "args": args,
+                   "env": {}, "port": inst["port"], "deployment": dep, "planned": inst["memory"], "is_plan": True}
+            if tuple(args) in seen:
+                row["same_as"] = seen[tuple(args)]
+            else:
+                seen[tuple(args)] = label
+            runs.append(row)
+        port = runs[-1]["port"]
+        common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_LEN)]
+        for suffix in ("", "-r2"):
+            runs.append({**base, "label": f"lever-{kind}-default{suffix}", "config": "vLLM defaults",
+                         "args": common, "env": {}, "port": port})
+    OUT.write_text(json.dumps({"engine": "0.26.0", "gpu": "h200x1", "runs": runs}, indent=1) + "\n")
+    measured = [r["label"] for r in runs if "same_as" not in r]
+    print(f"wrote {OUT}: {len(runs)} rows, {len(measured)} configurations to run: {','.join(measured)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

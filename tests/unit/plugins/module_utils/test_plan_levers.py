@@ -1,0 +1,171 @@
+"""Issue 39: the speed levers vLLM's defaults leave alone, each pulled or not by a rule with its reason, and never one that
+changes the outputs unless the inventory's workload.quality permits it (docs/planner.md#speed-levers). The H200 rows that
+measure them are in docs/benchmarks/h200.md ("Speed levers") and tests/fixtures/gpu."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import catalog_profile, profile_from_config
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
+from ansible_collections.llmfleet.serving.plugins.module_utils._plan.levers import _fp8_profile
+
+from llmfleet_testing import accepting
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+FIXTURES = ROOT / "tests" / "fixtures" / "models"
+GIB = 2 ** 30
+
+
+def dep(model, goal="throughput", quality=None, concurrency=32, max_model_len=8192, version="0.26.0", **extra):
+    workload = {"max_model_len": max_model_len, "concurrency": concurrency, "goal": goal}
+    if quality is not None:
+        workload["quality"] = quality
+    return {"name": "d", "model": model, "engine": accepting(version), "workload": workload, **extra}
+
+
+def plan_of(host, *deps):
+    plan = plan_host(host, hardware_profile(host), list(deps))
+    assert plan["errors"] == [], plan["errors"]
+    return plan["deployments"][0]
+
+
+def only(plan):
+    [inst] = plan["instances"][:1]
+    return inst
+
+
+def flag(args, name):
+    return args[args.index(name) + 1] if name in args else None
+
+
+def decisions(plan):
+    return {r["decision"]: r["why"] for r in plan["reasons"]}
+
+
+def test_exact_quality_is_the_default_and_pulls_no_lever_that_changes_outputs():
+    """Without workload.quality the plan is the one it was: the same command line as quality: exact, no --quantization
+    for a bf16 checkpoint, no fp8 KV where bf16 holds the load (vLLM's defaults plus parsers on the H200)."""
+    default = plan_of("h200x1", dep("Qwen/Qwen3-8B"))
+    exact = plan_of("h200x1", dep("Qwen/Qwen3-8B", quality="exact"))
+    assert only(default)["args"] == only(exact)["args"]
+    args = only(default)["args"]
+    assert "--quantization" not in args and "--kv-cache-dtype" not in args
+    assert not [d for d in decisions(default) if "(at load)" in d or "(for speed)" in d]
+
+
+def test_fp8_quality_quantizes_a_bf16_checkpoint_at_load_on_hopper():
+    exact = only(plan_of("h200x1", dep("Qwen/Qwen3-8B")))
+    plan = plan_of("h200x1", dep("Qwen/Qwen3-8B", quality="fp8"))
+    inst = only(plan)
+    assert flag(inst["args"], "--quantization") == "fp8"
+    assert inst["args"].index("--quantization") > inst["args"].index("--dtype")
+    assert flag(inst["args"], "--dtype") == "bfloat16"          # activations stay 16-bit: FP8 W8A8 takes them
+    assert inst["quantization"] == "fp8"
+    # every linear layer in one byte, embeddings and LM head in two: Qwen3-8B's 15.3 GiB become about 8.8
+    weights = inst["memory"]["weights_gib_per_gpu"]
+    assert 8.5 <= weights <= 9.0, weights
+    assert exact["memory"]["weights_gib_per_gpu"] - weights > 6
+    why = decisions(plan)["quantization=fp8 (at load)"]
+    assert "workload.quality fp8 permits it" in why and "measured" in why
+
+
+def test_fp8_weights_leave_the_kv_cache_the_freed_memory():
+    exact = only(plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency")))
+    fp8 = only(plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency", quality="fp8")))
+    freed = exact["memory"]["weights_gib_per_gpu"] - fp8["memory"]["weights_gib_per_gpu"]
+    gained = fp8["memory"]["kv_cache_gib_per_gpu"] - exact["memory"]["kv_cache_gib_per_gpu"]
+    assert abs(gained - freed) < 0.05, (gained, freed)
+
+
+def test_throughput_goal_keeps_a_kv_bound_load_in_fp8_and_says_the_bytes():
+    """32 requests x 8,192 tokens of Qwen3-8B's KV (144 KiB a token in 16 bits) are 36 GiB against 8.8 GiB of FP8
+    weights: a full decode step reads mostly KV, so fp8 KV halves most of the step's bytes."""
+    plan = plan_of("h200x1", dep("Qwen/Qwen3-8B", quality="fp8"))
+    inst = only(plan)
+    assert flag(inst["args"], "--kv-cache-dtype") == "fp8"
+    why = decisions(plan)["kv_cache_dtype=fp8"]
+    assert "36.0 GiB of KV" in why and "8.8 GiB of weights" in why
+    latency = only(plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency", quality="fp8")))
+    assert inst["memory"]["kv_cache_tokens"] > 1.9 * latency["memory"]["kv_cache_tokens"]
+
+
+def test_latency_goal_leaves_the_kv_cache_in_16_bits():
+    plan = plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency", quality="fp8"))
+    assert "--kv-cache-dtype" not in only(plan)["args"]
+    assert "goal is latency" in decisions(plan)["kv_cache_dtype=fp8 (for speed): not pulled"]
+
+
+def test_a_load_whose_kv_is_smaller_than_the_weights_keeps_16_bit_kv():
+    """Qwen3-30B-A3B: 4 KV heads x 48 layers, 96 KiB a token; 32 x 8,192 tokens are 24 GiB, below its 29 GiB of FP8 weights."""
+    plan = plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", quality="fp8"))
+    inst = only(plan)
+    assert flag(inst["args"], "--quantization") == "fp8" and "--kv-cache-dtype" not in inst["args"]
+    why = decisions(plan)["kv_cache_dtype=fp8 (for speed): not pulled"]
+    assert "24.0 GiB of KV" in why and "29.0 GiB of weights" in why
+    # four times the requests make it KV-bound
+    busy = only(plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", quality="fp8", concurrency=128)))
+    assert flag(busy["args"], "--kv-cache-dtype") == "fp8"
+
+
+@pytest.mark.parametrize("host,where,version,gpus", [("a100_sxm_8x_80gb", "sm80", "0.26.0", 1), ("dgx1_v100_32gb", "sm70", "0.19.1", 1),
+                                                     ("t4x4", "sm75", "0.26.0", 4)])
+def test_no_fp8_gemm_no_fp8_weights(host, where, version, gpus):
+    plan = plan_of(host, dep("Qwen/Qwen3-8B", quality="fp8", max_model_len=4096, concurrency=4, gpus=gpus, version=version))
+    inst = only(plan)
+    assert "--quantization" not in inst["args"]
+    assert where in decisions(plan)["quantization=fp8 (at load): not pulled"]
+
+
+def test_an_already_quantized_checkpoint_and_a_forced_quantization_are_left_alone():
+    plan = plan_of("h200x1", dep("Qwen/Qwen3-8B-FP8", quality="fp8"))
+    assert "already quantized" in decisions(plan)["quantization=fp8 (at load): not pulled"]
+    assert "(at load)" not in " ".join(d for d in decisions(plan) if "not pulled" not in d)
+    forced = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-8B", quality="fp8", gpus=1, overrides={"quantization": "fp8"}))
+    assert "overrides.quantization" in decisions(forced)["quantization=fp8 (at load): not pulled"]
+
+
+def test_the_cpu_build_gets_no_lever():
+    plan = plan_host("cpu1", {"accelerators": [], "cpu_count": 16, "memory_mib": 65536, "cpu_flags": ["avx512f", "avx512_bf16"]},
+                     [dep("Qwen/Qwen3-0.6B", quality="fp8", concurrency=2, max_model_len=2048)])
+    assert plan["errors"] == [], plan["errors"]
+    inst = plan["deployments"][0]["instances"][0]
+    assert "--quantization" not in inst["args"] and "--kv-cache-dtype" not in inst["args"]
+
+
+@pytest.mark.parametrize("bad", ["int4", "FP8", True, ""])
+def test_an_unknown_quality_is_refused_naming_the_value(bad):
+    with pytest.raises(PlanError) as exc:
+        plan_host("h200x1", hardware_profile("h200x1"), [dep("Qwen/Qwen3-8B", quality=bad)])
+    assert f"workload.quality={bad!r}" in str(exc.value) and "exact or fp8" in str(exc.value)
+
+
+def test_fp8_profile_keeps_embeddings_head_and_router_in_16_bits():
+    for model_id in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"):
+        m = catalog_profile(model_id)
+        fp8 = _fp8_profile(m)
+        head = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2) * 2
+        router = (m.num_layers * m.hidden_size * m.num_experts * 2) if m.num_experts else 0
+        # the rest halves: (all - 16-bit parts) / 2 + 16-bit parts, within the per-tensor scales' bytes
+        expected = (m.weight_bytes - head - router) / 2 + head + router
+        assert abs(fp8.weight_bytes - expected) / expected < 0.01, (model_id, fp8.weight_bytes, expected)
+        assert fp8.quant_method == "fp8" and fp8.weight_block_size is None
+        assert "quantized at load" in fp8.weight_bytes_source
+
+
+def test_latency_goal_names_speculative_decoding_and_its_draft_heads_without_pulling_it():
+    """Speculative decoding keeps the output distribution, but what it buys is the acceptance rate of the real weights on the
+    real traffic (dummy weights accept nothing), and the draft's weights and KV are not in the memory model: said, not pulled."""
+    glm = json.loads((FIXTURES / "glm-4.5-air.json").read_text())["config"]
+    assert profile_from_config(glm, "zai-org/GLM-4.5-Air").mtp_layers == 1
+    plan = plan_of("h200_sxm_8x", dep({"id": "zai-org/GLM-4.5-Air", "config": glm}, goal="latency"))
+    why = decisions(plan)["speculative decoding (MTP): not pulled"]
+    assert "ships 1 multi-token-prediction layer" in why and '"method": "mtp"' in why
+    assert "--speculative-config" not in only(plan)["args"]
+    dense = plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency"))
+    assert "ngram" in decisions(dense)["speculative decoding: not pulled"]
+    assert not [d for d in decisions(plan_of("h200x1", dep("Qwen/Qwen3-8B"))) if d.startswith("speculative")]

@@ -71,6 +71,8 @@ class ModelProfile:
     kv_cache_quant: Optional[str] = None
     weight_bytes: int = 0                       # bytes of the weights the engine loads
     weight_bytes_source: str = "estimated from the config"
+    # the bytes read from disk at load where they differ from those held (a 16-bit checkpoint quantized at load); 0: the same
+    checkpoint_bytes: int = 0
     thinking: str = "none"                      # hybrid (enable_thinking toggles), always, none
     # what the chat template says (tokenizer_config.json's chat_template or chat_template.jinja), when the plan had it:
     # "" / None = no template read; thinking_from names where `thinking` came from

@@ -221,8 +221,8 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
         if w.get("goal", "throughput") not in ("throughput", "latency"):
             raise PlanError(f"{where}[{i}].workload.goal={w.get('goal')!r}: throughput or latency")
         if w.get("quality", "exact") not in QUALITY:
-            raise PlanError(f"{where}[{i}] ({name}).workload.quality={w.get('quality')!r}: {' or '.join(QUALITY)} (fp8 lets the plan "
-                            "quantize weights and KV cache to FP8 for speed)")
+            raise PlanError(f"{where}[{i}] ({name}).workload.quality={w.get('quality')!r}: set {' or '.join(QUALITY)} (fp8 lets the "
+                            "plan quantize weights and KV cache to FP8 for speed)")
         gpus = d.get("gpus", "all")
         if not (gpus == "all" or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0)
                 or (isinstance(gpus, list) and gpus and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus))):
@@ -480,7 +480,8 @@ def read_request(d: Mapping[str, Any], ctx: Ctx) -> Request:
     w = dict(d.get("workload") or {})
     o = dict(d.get("overrides") or {})
     max_model_len = o.get("max_model_len", w.get("max_model_len", "auto"))
-    return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"), quality=w.get("quality", "exact"),
+    return Request(name=name, version=version, workload=w, overrides=o, goal=w.get("goal", "throughput"),
+                   quality=w.get("quality", "exact"),
                    concurrency=int(w.get("concurrency", DEFAULT_CONCURRENCY)), trust_remote_code=bool(d.get("trust_remote_code", False)),
                    max_model_len=max_model_len if max_model_len == "auto" else int(max_model_len))
 

@@ -134,7 +134,8 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
                      pipeline_parallel_size=layout.pp,
                      quantization=precision.quant, quantize_at_load=precision.at_load, gpu_memory_utilization=budget.util, capture=feats.capture,
                      attention_backend=feats.backend, encoder_backend=feats.encoder, expert_parallel=layout.expert_parallel)
-    budget_s = startup_budget(m.weight_bytes / GIB, precision.eager, vendor, p.cc, ctx)
+    # the start reads the checkpoint's bytes, also where vLLM quantizes them at load (_plan.levers)
+    budget_s = startup_budget((m.checkpoint_bytes or m.weight_bytes) / GIB, precision.eager, vendor, p.cc, ctx)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
     pinned = _loopback_env(vendor, version, extra_env, ctx, name)
     used = set(ports)

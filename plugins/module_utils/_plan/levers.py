@@ -37,7 +37,7 @@ def _fp8_profile(m: ModelProfile) -> ModelProfile:
     fp8 = estimate_weight_bytes(dict(params, quant_method="fp8", quant_bits=8, weight_block_size=None, quant_lm_head=False,
                                      quant_unquantized={"router": 1.0}))
     weight_bytes = int(m.weight_bytes * fp8 / full) if full else m.weight_bytes
-    return replace(m, quant_method="fp8", quant_bits=8, weight_block_size=None, weight_bytes=weight_bytes,
+    return replace(m, quant_method="fp8", quant_bits=8, weight_block_size=None, weight_bytes=weight_bytes, checkpoint_bytes=m.weight_bytes,
                    weight_bytes_source=f"{m.weight_bytes_source}, x {fp8 / full:.3f} for FP8 linear layers quantized at load")
 
 

@@ -59,7 +59,8 @@ def deployment(draw, name):
         "gpus": draw(st.sampled_from(["all", 1, 2])),
         "workload": {"max_model_len": draw(st.sampled_from(["auto", 2048, 8192, 32768, 131072])),
                      "concurrency": draw(st.integers(1, 128)), "goal": draw(st.sampled_from(["throughput", "latency"])),
-                     "thinking": draw(st.booleans()), "tools": draw(st.booleans())},
+                     "thinking": draw(st.booleans()), "tools": draw(st.booleans()),
+                     "quality": draw(st.sampled_from(["exact", "fp8"]))},
         # releases below the advisory floor opt in (llmfleet_testing.accepting): the properties hold for every release planned
         "engine": accepting(draw(st.sampled_from(VERSIONS))),
     }
@@ -112,6 +113,11 @@ def check(plan):
                 if m.is_moe and (m.moe_intermediate_size // tp) % 128:
                     assert inst["expert_parallel"] and "--enable-expert-parallel" in inst["args"], (dep["model"], tp)
             hw_acc = next(a for a in plan["hardware"]["accelerators"] if a["index"] == inst["gpus"][0])
+            # issue 39: a lever that changes the outputs only where the inventory permits it, and FP8 at load only on FP8 GEMMs
+            if flag(inst["args"], "--quantization") == "fp8" and m.quant_method is None:
+                quality = next(d for d in plan["_deps"] if d["name"] == dep["name"])["workload"]["quality"]
+                assert quality == "fp8" and hw_acc["vendor"] == "nvidia" and float(hw_acc["compute_capability"]) >= 8.9, (quality, hw_acc)
+                assert mem["weights_gib_per_gpu"] < m.weight_bytes / 2 ** 30 / tp
             if hw_acc["compute_capability"] == "7.0":
                 assert version < (0, 20, 0), "no official vLLM >= 0.20 build runs on sm70"
             backend = inst["env"].get("VLLM_ATTENTION_BACKEND") or flag(inst["args"], "--attention-backend")
@@ -128,6 +134,6 @@ def check(plan):
 def test_plan_properties(hw, first, second, two):
     deps = [first, second] if two else [first]
     plan = plan_host("gen", hw, deps)
-    check(plan)
+    check(dict(plan, _deps=deps))
     again = plan_host("gen", json.loads(json.dumps(hw)), json.loads(json.dumps(deps)))
     assert json.dumps(again, sort_keys=True) == json.dumps(plan, sort_keys=True), "same input, different plan"

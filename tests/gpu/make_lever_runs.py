@@ -37,33 +37,40 @@ def plan_of(model: str, served: str, goal: str) -> tuple:
     return dep, dict(inst, args=outside_container(inst["args"])), plan["deployments"][0]["reasons"]
 
 
-def main() -> int:
+def build() -> dict:
+    """The runs file's content: per model the plan of each goal (one row for both where the command lines are equal,
+    `goals` naming them) and the defaults twice."""
     runs = []
     for kind, model in MODELS:
         served = model.rsplit("/", maxsplit=1)[-1].lower()
         base = {"model": model, "model_dir": model.rsplit("/", maxsplit=1)[-1], "served": served, "bench": FIXTURE_BENCH,
                 "carry_args": [], "startup_budget": 420}
-        seen = {}
+        plans = {}
         for goal in GOALS:
             dep, inst, reasons = plan_of(model, served, goal)
-            args = inst["args"][1:]
-            label = f"lever-{kind}-{goal}"
             levers = [r["decision"] for r in reasons if "fp8" in r["decision"] or "pulled" in r["decision"]]
-            row = {**base, "label": label, "config": f"planner, goal {goal}, quality fp8 ({'; '.join(levers)})", "args": args,
-                   "env": {}, "port": inst["port"], "deployment": dep, "planned": inst["memory"], "is_plan": True}
-            if tuple(args) in seen:
-                row["same_as"] = seen[tuple(args)]
-            else:
-                seen[tuple(args)] = label
-            runs.append(row)
+            key = tuple(inst["args"][1:])
+            if key in plans:
+                plans[key]["goals"].append(goal)
+                continue
+            plans[key] = {**base, "goals": [goal], "args": list(key), "env": {}, "port": inst["port"], "deployment": dep,
+                          "planned": inst["memory"], "is_plan": True, "levers": levers}
+        for row in plans.values():
+            goals = row["goals"]
+            label = f"lever-{kind}-{goals[0]}" if len(goals) == 1 else f"lever-{kind}-plan"
+            runs.append({**row, "label": label, "config": f"planner, goal {' and '.join(goals)}, quality fp8 ({'; '.join(row['levers'])})"})
         port = runs[-1]["port"]
         common = ["--served-model-name", served, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_LEN)]
         for suffix in ("", "-r2"):
-            runs.append({**base, "label": f"lever-{kind}-default{suffix}", "config": "vLLM defaults",
-                         "args": common, "env": {}, "port": port})
-    OUT.write_text(json.dumps({"engine": "0.26.0", "gpu": "h200x1", "runs": runs}, indent=1) + "\n")
-    measured = [r["label"] for r in runs if "same_as" not in r]
-    print(f"wrote {OUT}: {len(runs)} rows, {len(measured)} configurations to run: {','.join(measured)}")
+            runs.append({**base, "label": f"lever-{kind}-default{suffix}", "config": "vLLM defaults", "args": common, "env": {},
+                         "port": port})
+    return {"engine": "0.26.0", "gpu": "h200x1", "runs": runs}
+
+
+def main() -> int:
+    content = build()
+    OUT.write_text(json.dumps(content, indent=1) + "\n")
+    print(f"wrote {OUT}: {len(content['runs'])} configurations: {','.join(r['label'] for r in content['runs'])}")
     return 0
 
 

@@ -1,0 +1,60 @@
+"""Issue 39: the lever runs for the lent H200 (tests/gpu/runs-levers.json, made by tests/gpu/make_lever_runs.py) are
+today's planner output, carry what they need, and print the command lines a lease runs. No GPU needed; the measurement
+itself is docs/benchmarks/h200.md's ("Speed levers")."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+GPU = ROOT / "tests" / "gpu"
+sys.path.insert(0, str(GPU))
+
+import make_lever_runs  # noqa: E402  pylint: disable=wrong-import-position
+import prepare_carry  # noqa: E402  pylint: disable=wrong-import-position
+
+RUNS_FILE = GPU / "runs-levers.json"
+CONTENT = json.loads(RUNS_FILE.read_text())
+RUNS = {r["label"]: r for r in CONTENT["runs"]}
+
+
+def flag(args, name):
+    return args[args.index(name) + 1] if name in args else None
+
+
+def test_runs_levers_is_todays_planner_output():
+    """Regenerated in memory, the file must be what is committed: a lever rule that moves a flag or a memory number shows
+    here (rerun tests/gpu/make_lever_runs.py)."""
+    assert json.loads(json.dumps(make_lever_runs.build())) == CONTENT
+
+
+def test_each_model_has_its_plans_and_the_defaults_twice():
+    assert sorted(RUNS) == sorted(["lever-dense-throughput", "lever-dense-latency", "lever-dense-default", "lever-dense-default-r2",
+                                   "lever-moe-plan", "lever-moe-default", "lever-moe-default-r2"])
+    assert RUNS["lever-dense-default"]["args"] == RUNS["lever-dense-default-r2"]["args"]
+    assert "--quantization" not in RUNS["lever-dense-default"]["args"]
+    # the dense throughput plan pulls both levers, the latency plan the weights only; the MoE model's KV is below its weights
+    assert flag(RUNS["lever-dense-throughput"]["args"], "--kv-cache-dtype") == "fp8"
+    assert "--kv-cache-dtype" not in RUNS["lever-dense-latency"]["args"]
+    assert RUNS["lever-moe-plan"]["goals"] == ["throughput", "latency"]
+    for label in ("lever-dense-throughput", "lever-dense-latency", "lever-moe-plan"):
+        assert flag(RUNS[label]["args"], "--quantization") == "fp8", label
+        assert RUNS[label]["deployment"]["workload"]["quality"] == "fp8"
+        assert RUNS[label]["port"] == RUNS[label.rsplit("-", 1)[0] + "-default"]["port"]
+
+
+def test_the_carry_holds_every_model():
+    assert {r["model"] for r in CONTENT["runs"]} <= set(prepare_carry.MODELS)
+
+
+def test_dry_run_prints_the_served_command_lines():
+    proc = subprocess.run([sys.executable, str(GPU / "device_run.py"), "--carry", "/tmp/carry", "--runs", str(RUNS_FILE), "--dry-run",
+                           "--only", "lever-dense-throughput,lever-dense-default"], capture_output=True, text=True, timeout=120,
+                          check=True)
+    serve = [line for line in proc.stdout.splitlines() if line.startswith("serve ")]
+    assert len(serve) == 2, proc.stdout
+    assert "--quantization fp8 --kv-cache-dtype fp8" in serve[0] and "--load-format dummy" in serve[0]
+    assert "--quantization" not in serve[1]

@@ -14,7 +14,7 @@ description:
   - With O(source=prometheus), runs on the monitoring host and asks Prometheus (O(url)) once per day of the period for
     the increase of the gateway's counters over that day (up to now for today), within about one scrape interval's
     traffic at each end of a day. Days that start before now - O(retention) are named in a warning and in
-    RV(outside_retention): Prometheus holds no samples of them (or of their first part).
+    RV(outside_retention) - Prometheus holds no samples of them (or of their first part).
   - Days are UTC. A row counts the requests answered 2xx and the tokens of every answer that had a usage. Reads only.
 author:
   - llmfleet.serving developers (!UNKNOWN)

@@ -120,7 +120,7 @@ def _ids(module, owner, group):
         return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
     except KeyError as exc:
         module.fail_json(msg=f"{module.params['path']}: no such user or group on this host ({exc}): owner={owner}, group={group}; "
-                              "set owner and group to ones that exist (the prometheus package makes its group)")
+                             "set owner and group to ones that exist (the prometheus package makes its group)")
     return None, None
 
 

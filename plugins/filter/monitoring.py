@@ -4,14 +4,16 @@
 monitoring_config (prometheus.yml), monitoring_rules (the alert rules), monitoring_dashboards (Grafana JSON),
 monitoring_node_listen (where a host's node exporter listens), monitoring_host (which host runs Prometheus),
 monitoring_edge_allow (who an edge lets read /metrics), monitoring_accelerator_reader (what reads a host's accelerators)
-monitoring_accelerator_unit (its service) and monitoring_gateway_hosts (the gateway hosts whose log is counted); docs in the
-sidecar YAML files."""
+monitoring_accelerator_unit (its service), monitoring_gateway_hosts (the gateway hosts whose log is counted) and
+monitoring_auth_problems (what stops the role before any change about Prometheus's users, over module_utils/_prometheus_auth);
+docs in the sidecar YAML files."""
 
 from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as m
+from ansible_collections.llmfleet.serving.plugins.module_utils import _prometheus_auth as pa
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import FLEET_VARS
 from ansible_collections.llmfleet.serving.plugins.plugin_utils.filter_errors import call
 
@@ -85,6 +87,12 @@ def monitoring_edge_allow(groups, hostvars):
     return _call(m.edge_metrics_allow, groups, _addresses([host] if host else [], hostvars))
 
 
+def monitoring_auth_problems(listen, users):
+    """Why the role stops before any change about monitoring_prometheus_users: each bad entry (by index and name, never its
+    password), or a listener off loopback without a user. Empty when all is well."""
+    return pa.problems(str(listen), users)
+
+
 class FilterModule:
     def filters(self):
         return {"monitoring_targets": monitoring_targets, "monitoring_config": monitoring_config, "monitoring_rules": monitoring_rules,
@@ -92,4 +100,4 @@ class FilterModule:
                 "monitoring_host": monitoring_host, "monitoring_edge_allow": monitoring_edge_allow,
                 "monitoring_accelerator_reader": monitoring_accelerator_reader,
                 "monitoring_accelerator_unit": monitoring_accelerator_unit,
-                "monitoring_gateway_hosts": monitoring_gateway_hosts}
+                "monitoring_gateway_hosts": monitoring_gateway_hosts, "monitoring_auth_problems": monitoring_auth_problems}

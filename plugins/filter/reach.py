@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -34,11 +35,15 @@ def _gateways(groups, hostvars):
 
 
 def _monitoring(groups, hostvars):
-    """Where playbooks/monitoring.yml put Prometheus (its listen address) and the dashboards; None without a monitoring host."""
+    """Where playbooks/monitoring.yml put Prometheus (its listen address), its first user's name and where its password lies
+    (llmfleet_reach_prometheus_password_file), and the dashboards; None without a monitoring host."""
     host = mon.monitor_host(dict(groups or {}))
     if not host or not boolean(_var(hostvars, host, "llmfleet_monitoring", FLEET_VARS["llmfleet_monitoring"].default), strict=False):
         return None
+    users = _var(hostvars, host, "monitoring_prometheus_users") or []
     return {"host": host, "listen": _var(hostvars, host, "monitoring_prometheus_listen", mon.PROMETHEUS_LISTEN),
+            "user": users[0].get("name") if users and isinstance(users[0], Mapping) else None,
+            "password_file": _var(hostvars, host, "llmfleet_reach_prometheus_password_file"),
             "ssh_host": _var(hostvars, host, "ansible_host"),
             "address": _var(hostvars, host, "llmfleet_private_address") or _var(hostvars, host, "ansible_host"),
             "dashboards": (_var(hostvars, host, "monitoring_dashboards_dir", None)

@@ -93,6 +93,8 @@ FLEET_VARS: Dict[str, FleetVar] = {
                                         shown="the first `gateway_api_keys` entry"),
     "llmfleet_reach_password_file": FleetVar("On a web UI host: the file that holds the admin password; reach.yml names it "
                                              "(it prints no secret)."),
+    "llmfleet_reach_prometheus_password_file": FleetVar("On the monitoring host: the file that holds the password of the first "
+                                                        "of monitoring_prometheus_users; reach.yml names it (it prints no secret)."),
     "llmfleet_verify_key_name": FleetVar("The gateway key verify.yml uses (`-e` on the command line).",
                                          shown="the first `gateway_api_keys` entry"),
     # set by the plays themselves

@@ -302,9 +302,11 @@ def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Opti
     `self` address, the rule files. It depends on no plan: a plan change rewrites only the target and rule files.
     The scrape timeout, when none is given, is 10s (Prometheus's default), or the scrape interval when that is shorter:
     Prometheus refuses a global timeout over the interval (promtool 2.42: "global scrape timeout greater than scrape
-    interval")."""
+    interval").
+    With `self_username` (the first of monitoring_prometheus_users) the prometheus job sends basic auth, its password read
+    from `self_password_file`: prometheus.yml (shown in --diff) never holds the password."""
     opts = dict({"scrape_interval": "15s", "evaluation_interval": "15s", "scrape_timeout": None, "self": PROMETHEUS_LISTEN,
-                 "refresh_interval": "1m"}, **(options or {}))
+                 "refresh_interval": "1m", "self_username": None, "self_password_file": None}, **(options or {}))
     if not opts["scrape_timeout"]:
         interval = _duration("monitoring option scrape_interval", opts["scrape_interval"])
         opts["scrape_timeout"] = interval if _seconds(interval) < 10 else "10s"
@@ -315,8 +317,13 @@ def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Opti
                               "Prometheus refuses it; set scrape_timeout to at most the interval")
     if not str(targets_dir).startswith("/"):
         raise MonitoringError(f"targets_dir={targets_dir!r}: an absolute path")
-    jobs: List[Dict[str, Any]] = [{"job_name": "prometheus", "static_configs": [{"targets": [str(opts["self"])],
-                                                                                 "labels": {"host": "prometheus"}}]}]
+    own: Dict[str, Any] = {"job_name": "prometheus", "static_configs": [{"targets": [str(opts["self"])], "labels": {"host": "prometheus"}}]}
+    if opts["self_username"]:
+        if not str(opts["self_password_file"] or "").startswith("/"):
+            raise MonitoringError(f"self_password_file={opts['self_password_file']!r}: Prometheus's own scrape needs the absolute "
+                                  "path of the file holding its password")
+        own["basic_auth"] = {"username": str(opts["self_username"]), "password_file": str(opts["self_password_file"])}
+    jobs: List[Dict[str, Any]] = [own]
     for job in JOBS:
         jobs.append({"job_name": job, "metrics_path": METRICS_PATH, "scheme": "http",
                      "file_sd_configs": [{"files": [f"{targets_dir.rstrip('/')}/{job}.json"],

@@ -108,8 +108,9 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
           monitoring: Optional[Mapping[str, Any]] = None) -> List[str]:
     """The closing summary. gateways: {host, url, key_name, key_file (optional: a controller file holding the
     key)}; webuis: {host, url, email, password_file (optional)}; answers: verify_answers' lines; folder: where
-    scripts() wrote the try-scripts (their `sh` command is offered too); monitoring: {host, listen, dashboards} where
-    Prometheus listens on its host and the folder of the Grafana dashboards on this controller."""
+    scripts() wrote the try-scripts (their `sh` command is offered too); monitoring: {host, listen, dashboards, user,
+    password_file} where Prometheus listens on its host, who signs in there, and the folder of the Grafana dashboards on
+    this controller."""
     rows = instance_rows(plans)
     models = sorted({r[2] for r in rows})
     chat = chat_models(plans)
@@ -144,9 +145,20 @@ def lines(plans: Mapping[str, Mapping[str, Any]], gateways: Sequence[Mapping[str
     return out
 
 
+def _prometheus_login(monitoring: Mapping[str, Any], loopback: bool) -> str:
+    """Who to sign in as: the first of monitoring_prometheus_users (`user`) and where its password lies (`password_file`,
+    else the vault), never the password; without a user, that none is asked."""
+    user = monitoring.get("user")
+    if not user:
+        return "no credential: keep it there" if loopback else "no credential: the monitoring role refuses this; set monitoring_prometheus_users"
+    where = f"password in {monitoring['password_file']}" if monitoring.get("password_file") \
+        else "password: its monitoring_prometheus_users entry (your vault)"
+    return f"user {user}, {where}"
+
+
 def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
-    """Where Prometheus and its alerts are, and the dashboards: a loopback listener is reached through an SSH tunnel to
-    the host (`ssh_host`: its ansible_host, else its name); one on every address at the host's `address`."""
+    """Where Prometheus and its alerts are, who to sign in as, and the dashboards: a loopback listener is reached through an
+    SSH tunnel to the host (`ssh_host`: its ansible_host, else its name); one on every address at the host's `address`."""
     host, listen = str(monitoring["host"]), str(monitoring["listen"])
     text, _sep, port = listen.rpartition(":")
     text = text.strip("[]")
@@ -156,12 +168,12 @@ def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
         ip = None
     if text == "localhost" or (ip is not None and ip.is_loopback):
         where = (f"on loopback there: ssh -N -L {port}:{listen} {monitoring.get('ssh_host') or host}, then "
-                 f"http://127.0.0.1:{port}/alerts (no credential: keep it there)")
+                 f"http://127.0.0.1:{port}/alerts ({_prometheus_login(monitoring, True)})")
     else:
         shown = listen
         if not text or (ip is not None and ip.is_unspecified):
             shown = hostport(str(monitoring.get("address") or host), int(port))
-        where = f"http://{shown}/alerts (no credential: a private address only)"
+        where = f"http://{shown}/alerts ({_prometheus_login(monitoring, False)})"
     return [f"Prometheus on {host}: {listen} scrapes every instance and host; alerts {where}",
             f"  Grafana dashboards: {monitoring['dashboards']}/llmfleet-*.json on this controller (import them into your Grafana)"]
 

@@ -14,6 +14,8 @@ gateway_usage module, the files written by usage_report.
   at the day's end (now for today) over the day: increase() extrapolates from the samples in the window to its edges
   (prometheus.io/docs/prometheus/2.42/querying/functions/#increase), so a day's figure is within about one scrape
   interval's traffic at each end, and what mtail counted before a restart of mtail and after the last scrape is lost.
+  Prometheus keeps samples for monitoring_retention (--storage.tsdb.retention.time) only: a day that starts before
+  now - retention counts nothing, or only its part after that instant (outside_retention, retention_warning).
 A row counts the requests answered 2xx and the tokens of every answer that had a usage, per key and served model.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 MAX_DAYS = 366
@@ -62,6 +65,51 @@ def period(start: Any, end: Any, today: datetime.date) -> List[datetime.date]:
     if count > MAX_DAYS:
         raise UsageError(f"usage_from={first} to usage_to={last} is {count} days: at most {MAX_DAYS}; split the period")
     return [first + datetime.timedelta(days=n) for n in range(count)]
+
+
+# Prometheus's durations (prometheus/common model.ParseDuration: units y w d h m s ms, each once, in that order; a year is
+# 365 days), as monitoring_retention is written
+_DURATION = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+
+
+def duration_seconds(name: str, text: Any) -> float:
+    """A Prometheus duration (15d, 2w, 720h, 1y, 1d12h) in seconds; UsageError naming `name` otherwise."""
+    value = str(text or "").strip()
+    match = _DURATION.match(value)
+    if not value or match is None or isinstance(text, bool):
+        raise UsageError(f"{name}={text!r} is not a Prometheus duration: write it as 15d, 2w, 720h or 1y")
+    seconds = sum(float(group[:-len(unit)]) * factor for group, (unit, factor) in zip(match.groups(), _UNITS) if group)
+    if seconds <= 0:
+        raise UsageError(f"{name}={text!r} is no time at all: give the retention Prometheus runs with, e.g. 15d")
+    return seconds
+
+
+def retention_start(retention: Any, now: datetime.datetime) -> datetime.datetime:
+    """The oldest instant Prometheus still holds samples of: now - monitoring_retention (UTC)."""
+    return now.astimezone(UTC) - datetime.timedelta(seconds=duration_seconds("monitoring_retention", retention))
+
+
+def outside_retention(days: Sequence[datetime.date], retention: Any, now: datetime.datetime) -> List[datetime.date]:
+    """The days of the period that start before retention_start: Prometheus has no samples of them (or of their part
+    before that instant), so their figures are 0 or short."""
+    start = retention_start(retention, now)
+    return [d for d in days if datetime.datetime.combine(d, datetime.time(), UTC) < start]
+
+
+def _days_text(days: Sequence[str]) -> str:
+    if len(days) == 1:
+        return days[0]
+    return f"{days[0]} to {days[-1]} ({len(days)} days)"
+
+
+def retention_warning(outside: Sequence[Any], retention: Any) -> str:
+    """What the report says of the days outside Prometheus's retention; empty when there is none."""
+    days = sorted(str(d) for d in outside)
+    if not days:
+        return ""
+    return (f"{_days_text(days)}: older than Prometheus keeps samples (monitoring_retention {retention}), so counted as 0 "
+            "or only in part; read them from the gateways' access logs instead: -e usage_source=log")
 
 
 def _number(text: Any) -> Optional[int]:
@@ -161,8 +209,15 @@ def from_list(rows: Iterable[Mapping[str, Any]]) -> Dict[Key, Dict[str, int]]:
     return out
 
 
-def report(rows: Sequence[Mapping[str, Any]], days: Sequence[datetime.date], source: str, hosts: Sequence[str]) -> Dict[str, Any]:
-    """The report: the period, its source, every row, and the totals per key name, per key name x model and per day."""
+def report(rows: Sequence[Mapping[str, Any]], days: Sequence[datetime.date], source: str, hosts: Sequence[str],
+           outside: Sequence[Any] = (), retention: Any = "") -> Dict[str, Any]:
+    """The report: the period, its source, every row, and the totals per key name, per key name x model and per day;
+    `outside_retention`, the days Prometheus held no samples of (outside_retention), and its warning."""
+    wanted = {d.isoformat() for d in days}
+    stray = sorted(str(d) for d in outside if str(d) not in wanted)
+    if stray:
+        raise UsageError(f"outside_retention names {', '.join(stray)}, not in the period {days[0]} to {days[-1]}: "
+                         "give the days gateway_usage returned for this period")
     totals = merge([from_list(rows)])
     by_key: Dict[str, Dict[str, int]] = {}
     by_pair: Dict[str, Dict[str, int]] = {}
@@ -176,7 +231,8 @@ def report(rows: Sequence[Mapping[str, Any]], days: Sequence[datetime.date], sou
     return {"from": days[0].isoformat(), "to": days[-1].isoformat(), "source": source, "hosts": sorted(hosts),
             "rows": as_list(totals), "by_key": dict(sorted(by_key.items())), "by_key_model": dict(sorted(by_pair.items())),
             "by_day": dict(sorted(by_day.items())),
-            "total": {n: sum(r[n] for r in totals.values()) for n in COUNTERS}}
+            "total": {n: sum(r[n] for r in totals.values()) for n in COUNTERS},
+            "outside_retention": sorted(str(d) for d in outside), "warning": retention_warning(outside, retention)}
 
 
 def _table(head: Sequence[str], body: Iterable[Sequence[Any]]) -> List[str]:
@@ -195,6 +251,8 @@ def markdown(rep: Mapping[str, Any], chart: Optional[str] = None) -> str:
     out = [f"# Usage per key and model, {rep['from']} to {rep['to']} (UTC)", "",
            f"Source: {how}; hosts: {', '.join(rep['hosts']) or 'none'}. Requests: answered 2xx; tokens: from each "
            "answer's usage.", ""]
+    if rep.get("warning"):
+        out += [f"> **Warning**: {rep['warning']}.", ""]
     if chart:
         out += [f"![tokens per day by key and model]({chart})", ""]
     total = rep["total"]

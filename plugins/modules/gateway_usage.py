@@ -13,7 +13,8 @@ description:
     C(.1) and C(.N.gz)) - every request of the period, exact.
   - With O(source=prometheus), runs on the monitoring host and asks Prometheus (O(url)) once per day of the period for
     the increase of the gateway's counters over that day (up to now for today), within about one scrape interval's
-    traffic at each end of a day.
+    traffic at each end of a day. Days that start before now - O(retention) are named in a warning and in
+    RV(outside_retention) - Prometheus holds no samples of them (or of their first part).
   - Days are UTC. A row counts the requests answered 2xx and the tokens of every answer that had a usage. Reads only.
 author:
   - llmfleet.serving developers (!UNKNOWN)
@@ -39,6 +40,17 @@ options:
     description: Prometheus's base URL (O(source=prometheus)), e.g. C(http://127.0.0.1:9090).
     type: str
     default: http://127.0.0.1:9090
+  url_username:
+    description: The user Prometheus asks for (the first of monitoring_prometheus_users); none sends no credential.
+    type: str
+  url_password:
+    description: That user's password.
+    type: str
+  retention:
+    description: How long Prometheus keeps samples (monitoring_retention, a Prometheus duration such as C(15d)); empty
+      checks nothing.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -73,6 +85,14 @@ skipped_lines:
   description: Lines of the log that are not the gateway's JSON.
   returned: always
   type: int
+outside_retention:
+  description: The days (YYYY-MM-DD) that start before now - O(retention) (O(source=prometheus)); their figures are 0 or short.
+  returned: always
+  type: list
+retention_warning:
+  description: What to say of those days (empty when none).
+  returned: always
+  type: str
 """
 
 import datetime
@@ -82,6 +102,7 @@ import json
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError
 from ansible.module_utils.six.moves.urllib.parse import urlencode
 from ansible.module_utils.urls import open_url
 
@@ -112,6 +133,9 @@ def main():
             "last_day": {"type": "str", "default": ""},
             "log": {"type": "path", "default": "/var/log/nginx/llmfleet-gateway.access.log"},
             "url": {"type": "str", "default": "http://127.0.0.1:9090"},
+            "url_username": {"type": "str"},
+            "url_password": {"type": "str", "no_log": True},
+            "retention": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -121,7 +145,7 @@ def main():
         days = u.period(p["first_day"], p["last_day"], now.date())
     except u.UsageError as exc:
         module.fail_json(msg=str(exc))
-    files, skipped = [], 0
+    files, skipped, outside, warning = [], 0, [], ""
     if p["source"] == "log":
         files = log_files(p["log"])
         if not files:
@@ -132,12 +156,29 @@ def main():
         except OSError as exc:
             module.fail_json(msg=f"reading {p['log']}: {exc}")
     else:
+        if p["retention"]:
+            try:
+                outside = u.outside_retention(days, p["retention"], now)
+            except u.UsageError as exc:
+                module.fail_json(msg=str(exc))
+            warning = u.retention_warning(outside, p["retention"])
+            if warning:
+                module.warn(warning)
+        auth = {"url_username": p["url_username"], "url_password": p["url_password"] or "", "force_basic_auth": True} \
+            if p["url_username"] else {}
         parts = []
         for day in days:
             expr, at = u.day_query(day, now)
             url = p["url"].rstrip("/") + "/api/v1/query?" + urlencode({"query": expr, "time": f"{at:.3f}"})
             try:
-                answer = json.loads(open_url(url, timeout=60).read())
+                answer = json.loads(open_url(url, timeout=60, **auth).read())
+            except HTTPError as exc:
+                if exc.code == 401:
+                    module.fail_json(msg=f"Prometheus at {p['url']} refused the credential (HTTP 401, user "
+                                         f"{p['url_username'] or '(none sent)'}): its users are monitoring_prometheus_users; "
+                                         "run playbooks/monitoring.yml after changing them")
+                module.fail_json(msg=f"Prometheus at {p['url']} answered HTTP {exc.code}; run playbooks/monitoring.yml, or "
+                                     "read the gateway's log instead (usage_source=log)")
             except Exception as exc:   # pylint: disable=broad-except  # the URL error, whatever its class, with the fix
                 module.fail_json(msg=f"Prometheus at {p['url']} did not answer ({exc}); run playbooks/monitoring.yml, or "
                                      "read the gateway's log instead (usage_source=log)")
@@ -149,7 +190,7 @@ def main():
                 module.fail_json(msg=str(exc))
         totals = u.merge(parts)
     module.exit_json(changed=False, rows=u.as_list(totals), days=[d.isoformat() for d in days], files=files,
-                     skipped_lines=skipped)
+                     skipped_lines=skipped, outside_retention=[d.isoformat() for d in outside], retention_warning=warning)
 
 
 if __name__ == "__main__":

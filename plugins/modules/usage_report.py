@@ -41,6 +41,16 @@ options:
     description: The folder on the controller the report is written to.
     type: path
     required: true
+  outside_retention:
+    description: The days Prometheus held no samples of (M(llmfleet.serving.gateway_usage) returns them); the report
+      warns of them and lists them in its JSON (C(outside_retention)).
+    type: list
+    elements: str
+    default: []
+  retention:
+    description: Prometheus's retention (monitoring_retention), named in that warning.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -74,6 +84,10 @@ total:
   description: requests, prompt_tokens and completion_tokens over the period.
   returned: always
   type: dict
+warning:
+  description: The warning about days outside Prometheus's retention (empty when none).
+  returned: always
+  type: str
 """
 
 import datetime
@@ -125,6 +139,8 @@ def main():
             "source": {"type": "str", "choices": ["log", "prometheus"], "required": True},
             "hosts": {"type": "list", "elements": "str", "default": []},
             "dir": {"type": "path", "required": True},
+            "outside_retention": {"type": "list", "elements": "str", "default": []},
+            "retention": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -133,14 +149,14 @@ def main():
         days = [datetime.date.fromisoformat(d) for d in p["days"]]
         if not days:
             raise u.UsageError("days is empty: give the period's days (gateway_usage returns them)")
-        rep = u.report(p["rows"], days, p["source"], p["hosts"])
+        rep = u.report(p["rows"], days, p["source"], p["hosts"], p["outside_retention"], p["retention"])
     except (u.UsageError, ValueError) as exc:
         module.fail_json(msg=f"usage report: {exc}")
     stem = os.path.join(p["dir"], f"usage-{rep['from']}-{rep['to']}")
     files = [stem + ".json", stem + ".md", stem + ".png"]
     text = u.markdown(rep, os.path.basename(files[2]) if HAS_MATPLOTLIB else None)
     if module.check_mode:
-        module.exit_json(changed=False, files=[], report=text, total=rep["total"])
+        module.exit_json(changed=False, files=[], report=text, total=rep["total"], warning=rep["warning"])
     os.makedirs(p["dir"], exist_ok=True)
     uid, gid = os.getuid(), os.getgid()
     write_beside(files[0], (json.dumps(rep, indent=2, sort_keys=True) + "\n").encode(), 0o644, uid, gid)
@@ -148,9 +164,9 @@ def main():
     if not HAS_MATPLOTLIB:
         module.fail_json(msg=missing_required_lib("matplotlib", reason="to draw usage.yml's chart (the JSON and Markdown are written)")
                          + " - install it into the Python that runs ansible-playbook", exception=MATPLOTLIB_ERROR,
-                         files=files[:2], report=text, total=rep["total"])
+                         files=files[:2], report=text, total=rep["total"], warning=rep["warning"])
     chart(rep, files[2])
-    module.exit_json(changed=True, files=files, report=text, total=rep["total"])
+    module.exit_json(changed=True, files=files, report=text, total=rep["total"], warning=rep["warning"])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
   them: every request counted on its UTC day, exactly;
 - a real Prometheus (Debian's 2.42) over recorded counters of three days, put into its storage with `promtool tsdb
   create-blocks-from openmetrics` (the counters mtail makes of the log, sampled every minute): one query per day, the
-  day's increase.
+  day's increase; Prometheus asks a user (its web configuration, as the monitoring role writes it) and the report
+  sends monitoring_prometheus_users' first; a day older than monitoring_retention is warned of.
 
 Each run writes the JSON, the Markdown and the PNG chart; the charts are kept in tests/output/usage/ to look at."""
 
@@ -18,9 +19,13 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+import warnings
 
 import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils import _prometheus_auth as pa
 
 from llmfleet_testing import free_port, run_ansible, task_result
 
@@ -48,7 +53,7 @@ def line(when, key, model, status="200", prompt="", completion=""):
                        "completion_tokens": completion}, separators=(",", ":"))
 
 
-def usage(tmp_path, source, first, last, **extra):
+def usage(tmp_path, source, first, last, fails=False, **extra):
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False}
     inventory = tmp_path / "inventory.json"
     inventory.write_text(json.dumps({"all": {"children": {"llm_gateway": {"hosts": {"gw": local}}}}}))
@@ -56,6 +61,8 @@ def usage(tmp_path, source, first, last, **extra):
     result = run_ansible("ansible-playbook", "playbooks/usage.yml", "-i", str(inventory), with_inventory=False,
                          extra_vars=dict({"usage_source": source, "usage_from": first.isoformat(), "usage_to": last.isoformat(),
                                           "monitoring_usage_dir": str(out)}, **extra))
+    if fails:
+        return result, None, None
     assert result["stats"]["gw"]["failures"] == 0, json.dumps(result)[-3000:]
     stem = f"usage-{first.isoformat()}-{last.isoformat()}"
     report = json.loads((out / f"{stem}.json").read_text())
@@ -130,21 +137,40 @@ def test_the_report_from_prometheus_day_by_day(tmp_path):
     assert made.returncode == 0, made.stdout + made.stderr
     port = free_port()
     (tmp_path / "prometheus.yml").write_text("global: {}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt   # pylint: disable=deprecated-module,import-outside-toplevel  # as the prometheus_web_config module
+    password = "usage-report-password-0123"
+    web, _fresh = pa.render([("reporter", password)], None, lambda pw, h: crypt.crypt(pw, h) == h,
+                            lambda pw: crypt.crypt(pw, crypt.mksalt(crypt.METHOD_BLOWFISH)))
+    (tmp_path / "web.yml").write_text(web)
     prometheus = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                   f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={tmp_path / 'web.yml'}"],
                                   stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
+                    pass
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:   # up, and asking the credential
+                    break
             except OSError:
                 pass
             assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()[-2000:]
             time.sleep(0.5)
-        _result, report, text = usage(tmp_path, "prometheus", first, last, monitoring_prometheus_listen=f"127.0.0.1:{port}")
+        listen = f"127.0.0.1:{port}"
+        # a wrong password: the run fails naming the 401 and where the users are set, never the password
+        result, _report, _text = usage(tmp_path, "prometheus", first, last, fails=True, monitoring_prometheus_listen=listen,
+                                       monitoring_prometheus_users=[{"name": "reporter", "password": "wrong-" + password}])
+        failed = task_result(result, "usage | Ask Prometheus for the gateway's counters, day by day", "gw")
+        assert failed.get("failed") and "refused the credential (HTTP 401, user reporter)" in failed["msg"], failed
+        assert password not in json.dumps(result)
+        # 3 days of retention: the oldest day of the period starts before now - 3d, so it is warned of
+        result, report, text = usage(tmp_path, "prometheus", first, last, monitoring_prometheus_listen=listen,
+                                     monitoring_prometheus_users=[{"name": "reporter", "password": password}],
+                                     monitoring_retention="3d")
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
@@ -155,4 +181,12 @@ def test_the_report_from_prometheus_day_by_day(tmp_path):
     assert report["by_key"] == {k: {n: 3 * v for n, v in row.items()} for k, row in day.items()}, report["by_key"]
     assert list(report["by_day"].values()) == [{n: day["alice"][n] + day["bob"][n] for n in day["alice"]}] * 3
     assert report["source"] == "prometheus"
+    assert password not in json.dumps(result)
+    assert report["outside_retention"] == [first.isoformat()]
+    warning = f"{first.isoformat()}: older than Prometheus keeps samples (monitoring_retention 3d)"
+    asked = task_result(result, "usage | Ask Prometheus for the gateway's counters, day by day", "gw")
+    assert asked["outside_retention"] == [first.isoformat()] and any(warning in w for w in asked.get("warnings", [])), asked
+    assert f"> **Warning**: {warning}" in text and "-e usage_source=log" in text
+    said = task_result(result, "usage | Say where the report is and what it holds", "gw")["msg"]
+    assert f"WARNING: {warning}" in said, said
     print("\n" + text)

@@ -76,6 +76,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_monitoring": {"_engine", "_syntax", "_units"},
     # reads the gateway log and Prometheus answers: no plan
     "_usage": set(),
+    # Prometheus's web configuration (its basic auth users): no plan
+    "_prometheus_auth": set(),
 }
 
 

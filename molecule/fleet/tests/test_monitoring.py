@@ -1,16 +1,19 @@
 """Monitoring on the fleet lab (issue 36): Prometheus from Debian's package on the gateway host (a small fleet's monitoring
 host), at its private address 172.30.77.10:9090 (molecule.yml), scraping the real vLLM CPU instances through their edges
 and the node exporter of every host; the dashboards monitoring.yml wrote on the controller; the token counters against
-what the client received; a screenshot of Prometheus's graph page in Debian's chromium. The instance-down alert is
+what the client received; a screenshot of Prometheus's graph page in Debian's chromium. Prometheus asks the lab's user
+(molecule.yml's monitoring_prometheus_users): every request here sends it, and one checks the 401 without it. The instance-down alert is
 checked where an instance is stopped anyway (test_fleet.py, test_verify_names_a_stopped_instance_and_the_error).
 
 Runs in file order after test_load_faults.py (the lab is back to its plan) and before test_rolling.py."""
 
+import base64
 import json
 import os
 import pathlib
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -20,6 +23,9 @@ sys.path.insert(0, os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":")[0])
 from ansible_collections.llmfleet.serving.plugins.module_utils import _monitoring as mon  # noqa: E402
 
 PROMETHEUS = "http://172.30.77.10:9090"
+# molecule.yml's monitoring_prometheus_users (a lab-only password)
+PROMETHEUS_USER, PROMETHEUS_PASSWORD = "lab", "lab-prometheus-pass-0123"
+AUTH = "Basic " + base64.b64encode(f"{PROMETHEUS_USER}:{PROMETHEUS_PASSWORD}".encode()).decode()
 GATEWAY_HOST = "llmfleet-fleet-gateway"
 # the key name of test_fleet.LOAD_KEY (molecule.yml's gateway_api_keys)
 LOAD_KEY_NAME = "load"
@@ -29,7 +35,7 @@ CHROMIUM = "/usr/lib/chromium/chromium"   # Debian's package, as tests/tools/web
 
 def api(path, **params):
     url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
-    with urllib.request.urlopen(url, timeout=30) as resp:
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": AUTH}), timeout=30) as resp:
         body = json.loads(resp.read().decode())
     assert body["status"] == "success", body
     return body["data"]
@@ -77,6 +83,35 @@ def test_prometheus_scrapes_every_instance_through_its_edge_and_every_host():
     # the gateway's counters: mtail on the gateway host's private address
     assert up[("gateway", GATEWAY_HOST)]["scrapeUrl"] == f"http://{ADDRESS[GATEWAY_HOST]}:3903/metrics"
     print(f"[monitoring] {len(up)} targets up: {sorted(up)}")
+
+
+def status_of(url, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_prometheus_asks_the_labs_user_on_every_path():
+    """Off loopback Prometheus asks monitoring_prometheus_users' credential: its UI, its API and /-/ready answer 401
+    without it or with a wrong password, 200 with it; the web configuration holds bcrypt hashes only, readable by root and
+    prometheus, and prometheus.yml names the self-scrape's password file, never the password."""
+    for path in ("/api/v1/query?query=up", "/graph", "/-/ready"):
+        assert status_of(PROMETHEUS + path) == 401, path
+        wrong = "Basic " + base64.b64encode(f"{PROMETHEUS_USER}:not-the-password".encode()).decode()
+        assert status_of(PROMETHEUS + path, {"Authorization": wrong}) == 401, path
+        assert status_of(PROMETHEUS + path, {"Authorization": AUTH}) == 200, path
+    gateway = host(GATEWAY_HOST)
+    web = gateway.file("/etc/prometheus/llmfleet-web.yml")
+    assert (web.user, web.group, web.mode) == ("root", "prometheus", 0o640)
+    assert PROMETHEUS_PASSWORD not in web.content_string and '"lab": "$2b$12$' in web.content_string
+    assert "--web.config.file=/etc/prometheus/llmfleet-web.yml" in gateway.file("/etc/default/prometheus").content_string
+    assert PROMETHEUS_PASSWORD not in gateway.file("/etc/prometheus/prometheus.yml").content_string
+    assert gateway.run("promtool check web-config /etc/prometheus/llmfleet-web.yml").rc == 0
+    # Prometheus's scrape of itself sends the user too
+    own = api("/api/v1/targets", state="active")["activeTargets"]
+    assert [t["health"] for t in own if t["labels"]["job"] == "prometheus"] == ["up"], own
 
 
 def test_prometheus_runs_in_the_unprivileged_container_sandboxed_but_for_the_user_namespace():
@@ -207,7 +242,10 @@ def test_a_screenshot_of_prometheus_graph_page_with_the_kv_cache_and_token_serie
               "g1.expr": "sum by (model_name) (rate(vllm:generation_tokens_total[1m]))", "g1.tab": "0", "g1.range_input": "15m"}
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        # Prometheus asks the lab's user (HTTP basic auth): the browser context answers its challenge
+        context = browser.new_context(viewport={"width": 1400, "height": 1500},
+                                      http_credentials={"username": PROMETHEUS_USER, "password": PROMETHEUS_PASSWORD})
+        page = context.new_page()
         page.goto(f"{PROMETHEUS}/graph?{urllib.parse.urlencode(params)}", timeout=60000)
         # Debian's Prometheus 2.42 serves the classic UI: each panel's series drawn by rickshaw (an svg) once its range
         # query answered, the expression in a textarea, an error in an .alert-danger box, the series named in a legend

@@ -439,3 +439,27 @@ def test_only_the_gateway_hosts_that_run_the_gateway_are_counted():
     hostvars = {"gw1": {}, "gw2": {"llmfleet_gateway": False}, "gw3": {"llmfleet_gateway": "yes"}}
     assert f.monitoring_gateway_hosts(groups, hostvars) == ["gw1", "gw3"]
     assert f.monitoring_gateway_hosts({}, {}) == []
+
+
+@needs_promtool
+def test_prometheus_scrapes_itself_with_its_first_user_and_the_password_stays_in_its_file(tmp_path):
+    """With users (monitoring_prometheus_users) the prometheus job sends basic auth: the user's name and the file holding
+    its password, which prometheus.yml (shown in --diff) names; the password itself is never in it."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    secret = tmp_path / "self-scrape.password"
+    secret.write_text("the-password")
+    config = m.prometheus_config(str(targets), [], {"self": "10.0.0.5:9090", "self_username": "ops",
+                                                    "self_password_file": str(secret)})
+    own = config["scrape_configs"][0]
+    assert own["job_name"] == "prometheus" and own["basic_auth"] == {"username": "ops", "password_file": str(secret)}
+    assert all("basic_auth" not in job for job in config["scrape_configs"][1:])
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    assert "the-password" not in path.read_text()
+    proc = subprocess.run([PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # without a user: no basic auth; a user without a file is refused, naming it
+    assert "basic_auth" not in m.prometheus_config(str(targets), [])["scrape_configs"][0]
+    with pytest.raises(m.MonitoringError, match="self_password_file=None"):
+        m.prometheus_config(str(targets), [], {"self_username": "ops"})

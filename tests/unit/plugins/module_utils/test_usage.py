@@ -114,3 +114,39 @@ def test_a_day_without_traffic_is_in_the_report_with_zeros():
     assert "**Total**: 0 requests" in u.markdown(rep)
     with pytest.raises(u.UsageError, match=r"rows\[0\]"):
         u.report([{"day": "2026-12-02"}], DAYS, "log", [])
+
+
+@pytest.mark.parametrize("text, seconds", [("15d", 15 * 86400), ("2w", 14 * 86400), ("720h", 720 * 3600), ("1y", 365 * 86400),
+                                           ("1d12h", 36 * 3600), ("90m", 5400), ("1500ms", 1.5)])
+def test_prometheus_durations_are_read_as_prometheus_reads_them(text, seconds):
+    assert u.duration_seconds("monitoring_retention", text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "15", "15D", "d15", "1h1d", "2 w", "0d", True, None])
+def test_a_retention_that_is_no_prometheus_duration_is_named(bad):
+    with pytest.raises(u.UsageError, match="monitoring_retention="):
+        u.duration_seconds("monitoring_retention", bad)
+
+
+def test_the_days_older_than_the_retention_are_named_and_the_report_warns_of_them():
+    now = datetime.datetime(2026, 12, 4, 10, 0, tzinfo=u.UTC)
+    days = u.period("2026-11-10", "2026-12-04", now.date())
+    # 15d back from 2026-12-04 10:00 is 2026-11-19 10:00: the 19th starts before it (only its part after 10:00 is held)
+    outside = u.outside_retention(days, "15d", now)
+    assert [d.isoformat() for d in outside] == [f"2026-11-{n}" for n in range(10, 20)]
+    assert u.outside_retention(days, "4w", now) == []
+    assert [d.isoformat() for d in u.outside_retention(days, "360h", now)] == [d.isoformat() for d in outside]
+    warning = u.retention_warning(outside, "15d")
+    assert warning.startswith("2026-11-10 to 2026-11-19 (10 days): older than Prometheus keeps samples (monitoring_retention 15d)")
+    assert "-e usage_source=log" in warning
+    assert u.retention_warning(outside[:1], "15d").startswith("2026-11-10: older than")
+    assert u.retention_warning([], "15d") == ""
+    rep = u.report([], days, "prometheus", ["gw"], [d.isoformat() for d in outside], "15d")
+    assert rep["outside_retention"] == [f"2026-11-{n}" for n in range(10, 20)] and rep["warning"] == warning
+    text = u.markdown(rep)
+    assert f"> **Warning**: {warning}." in text and text.index("Warning") < text.index("**Total**")
+    # none outside: no warning in the Markdown, an empty list in the JSON
+    rep = u.report([], days[-3:], "prometheus", ["gw"])
+    assert rep["outside_retention"] == [] and rep["warning"] == "" and "Warning" not in u.markdown(rep)
+    with pytest.raises(u.UsageError, match="outside_retention names 2026-01-01, not in the period"):
+        u.report([], days, "prometheus", ["gw"], ["2026-01-01"], "15d")

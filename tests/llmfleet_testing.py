@@ -348,6 +348,18 @@ def start_nginx(root: str) -> None:
         time.sleep(0.1)
 
 
+def access_log(path, count: int, timeout: float = 10) -> List[dict]:
+    """The JSON lines of an nginx access log once it holds at least `count` (nginx writes a request's line in its log phase,
+    after the client may already have read the whole answer), or what it holds at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
 def stop_nginx(root: str) -> None:
     """Stop the nginx of `root` by its pid (SIGTERM to the master) and wait until its pid file is gone."""
     import signal  # pylint: disable=import-outside-toplevel

@@ -156,6 +156,12 @@ def _prometheus_login(monitoring: Mapping[str, Any], loopback: bool) -> str:
     return f"user {user}, {where}"
 
 
+# The alerts page of the distributions' Prometheus 2.x: Debian's package (2.42.0+ds) builds no React UI, so `/alerts` is 404
+# there and `/` redirects to `/classic/graph`; the classic pages are served under /classic by every 2.x since the React UI
+# became the default (seen in the demo: /classic/alerts 200, /alerts 404)
+ALERTS_PATH = "/classic/alerts"
+
+
 def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
     """Where Prometheus and its alerts are, who to sign in as, and the dashboards: a loopback listener is reached through an
     SSH tunnel to the host (`ssh_host`: its ansible_host, else its name); one on every address at the host's `address`."""
@@ -168,12 +174,12 @@ def monitoring_lines(monitoring: Mapping[str, Any]) -> List[str]:
         ip = None
     if text == "localhost" or (ip is not None and ip.is_loopback):
         where = (f"on loopback there: ssh -N -L {port}:{listen} {monitoring.get('ssh_host') or host}, then "
-                 f"http://127.0.0.1:{port}/alerts ({_prometheus_login(monitoring, True)})")
+                 f"http://127.0.0.1:{port}{ALERTS_PATH} ({_prometheus_login(monitoring, True)})")
     else:
         shown = listen
         if not text or (ip is not None and ip.is_unspecified):
             shown = hostport(str(monitoring.get("address") or host), int(port))
-        where = f"http://{shown}/alerts ({_prometheus_login(monitoring, False)})"
+        where = f"http://{shown}{ALERTS_PATH} ({_prometheus_login(monitoring, False)})"
     return [f"Prometheus on {host}: {listen} scrapes every instance and host; alerts {where}",
             f"  Grafana dashboards: {monitoring['dashboards']}/llmfleet-*.json on this controller (import them into your Grafana)"]
 

@@ -30,7 +30,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 
-from llmfleet_testing import free_port, start_nginx, stop_nginx
+from llmfleet_testing import access_log, free_port, start_nginx, stop_nginx
 from test_gateway import _nginx_t, _render
 from test_gateway_usage import Engine
 
@@ -118,7 +118,7 @@ def test_a_budget_runs_out_at_its_count_streamed_or_not_with_429_and_retry_after
     assert abs(int(error.response.headers["retry-after"]) - (day_end(now) - now)) <= 2
     assert TEAM not in json.dumps(body) and "team" not in body["message"], "the message names the budget, never the key"
     assert len(gateway["engine"].bodies) == sent == 5, "the refused requests reached no engine"
-    statuses = [json.loads(x)["status"] for x in gateway["log"].read_text().splitlines()]
+    statuses = [line["status"] for line in access_log(gateway["log"], 6)]
     assert statuses == ["200"] * 5 + ["429"], f"one refusal, no retry by the client: {statuses}"
     # another key is untouched
     assert ask(client(gateway, OTHER)).usage.total_tokens == PROMPT + COMPLETION

@@ -19,6 +19,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 
+from llmfleet_testing import access_log
 from test_gateway import _render
 from test_gateway_budgets import ask, start, stop
 
@@ -51,7 +52,7 @@ def client(gateway, key):
 def test_the_previous_key_works_until_the_overlaps_end_then_gets_401(gateway):
     assert ask(client(gateway, OLD)).usage.total_tokens > 0
     assert ask(client(gateway, NEW)).usage.total_tokens > 0
-    names = [json.loads(x)["key_name"] for x in gateway["log"].read_text().splitlines()]
+    names = [line["key_name"] for line in access_log(gateway["log"], 2)]
     assert names == ["team", "team"], "the previous key is counted under the key's name"
     end = datetime.datetime.strptime(gateway["until"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
     time.sleep(max(0.0, end - time.time()) + 0.2)

@@ -27,7 +27,7 @@ import pytest
 
 from ansible_collections.llmfleet.serving.plugins.module_utils import _gateway as gw
 
-from llmfleet_testing import free_port, start_nginx, stop_nginx
+from llmfleet_testing import access_log, free_port, start_nginx, stop_nginx
 from test_gateway import _nginx_t, _render
 
 KEY = "k" * 32
@@ -142,12 +142,9 @@ def chat(port, body, cut="", raw=None, key=KEY):
 
 def logged(gw_, count=1):
     """The access log's lines once it has `count` (nginx writes each once its request is finalized)."""
-    for _attempt in range(100):
-        lines = [json.loads(line) for line in gw_["log"].read_text().splitlines()] if gw_["log"].exists() else []
-        if len(lines) >= count:
-            return lines
-        time.sleep(0.05)
-    raise AssertionError(f"{count} lines expected in {gw_['log']}, got {lines}")
+    lines = access_log(gw_["log"], count, timeout=5)
+    assert len(lines) >= count, f"{count} lines expected in {gw_['log']}, got {lines}"
+    return lines
 
 
 def events(data):

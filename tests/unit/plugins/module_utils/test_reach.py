@@ -80,26 +80,26 @@ def test_the_summary_says_where_prometheus_and_the_dashboards_are(monkeypatch):
     # a small fleet: Prometheus on the gateway host, on loopback (the role's default), reached through a tunnel
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"]}, hostvars))
     assert "Prometheus on g: 127.0.0.1:9090 scrapes every instance and host; alerts on loopback there: ssh -N -L " \
-           "9090:127.0.0.1:9090 g, then http://127.0.0.1:9090/alerts (no credential: keep it there)" in text
+           "9090:127.0.0.1:9090 g, then http://127.0.0.1:9090/classic/alerts (no credential: keep it there)" in text
     assert "Grafana dashboards: /work/fleet/dashboards/llmfleet-*.json on this controller" in text
     # llm_monitor wins, with its own listen address and folder
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
-    assert "Prometheus on ops: 10.0.0.5:9090 scrapes every instance and host; alerts http://10.0.0.5:9090/alerts" in text
+    assert "Prometheus on ops: 10.0.0.5:9090 scrapes every instance and host; alerts http://10.0.0.5:9090/classic/alerts" in text
     assert "/srv/dash/llmfleet-*.json" in text
     # on every address: shown at the host's private address; a loopback one through the host's ansible_host
     hostvars["ops"].update(monitoring_prometheus_listen="0.0.0.0:9090", llmfleet_private_address="10.0.0.5")
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
-    assert "alerts http://10.0.0.5:9090/alerts" in text
+    assert "alerts http://10.0.0.5:9090/classic/alerts" in text
     hostvars["ops"].update(monitoring_prometheus_listen="127.0.0.2:9091", ansible_host="ops.example")
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
-    assert "ssh -N -L 9091:127.0.0.2:9091 ops.example, then http://127.0.0.1:9091/alerts" in text
+    assert "ssh -N -L 9091:127.0.0.2:9091 ops.example, then http://127.0.0.1:9091/classic/alerts" in text
     # with users: the first one's name and where its password lies (the inventory's file, else the vault), never it
     hostvars["ops"].update(monitoring_prometheus_users=[{"name": "ops-user", "password": "pw-not-shown"}, {"name": "b", "password": "x"}])
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
-    assert "http://127.0.0.1:9091/alerts (user ops-user, password: its monitoring_prometheus_users entry (your vault))" in text
+    assert "http://127.0.0.1:9091/classic/alerts (user ops-user, password: its monitoring_prometheus_users entry (your vault))" in text
     hostvars["ops"].update(monitoring_prometheus_listen="10.0.0.5:9090", llmfleet_reach_prometheus_password_file="/inv/.secrets/prometheus_password")
     text = "\n".join(reach_filter.fleet_reach(PLANS, {"llm_gateway": ["g"], "llm_monitor": ["ops"]}, hostvars))
-    assert "alerts http://10.0.0.5:9090/alerts (user ops-user, password in /inv/.secrets/prometheus_password)" in text
+    assert "alerts http://10.0.0.5:9090/classic/alerts (user ops-user, password in /inv/.secrets/prometheus_password)" in text
     assert "pw-not-shown" not in text
     # monitoring turned off on the monitoring host: nothing said
     hostvars["g"]["llmfleet_monitoring"] = "false"

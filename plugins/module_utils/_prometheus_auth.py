@@ -78,6 +78,11 @@ def user_problems(users: Any) -> List[str]:
                        f"choose one of at most {MAX_PASSWORD_BYTES}")
         elif any(ord(c) < 32 or ord(c) == 127 for c in password):
             out.append(f"{label}: the password holds a control character; choose one without")
+        elif password != password.strip():
+            # Prometheus trims a password_file's content (its own scrape reads the first user's from one): a leading or
+            # trailing space would sign the UI in and fail that scrape
+            out.append(f"{label}: the password starts or ends with a space, which Prometheus drops from its password file; "
+                       "choose one without")
     return out
 
 

@@ -163,11 +163,12 @@ def main():
         module.fail_json(msg=str(exc))
     uid, gid = _ids(module, p["owner"], p["group"])
     st = os.stat(path) if old is not None else None
-    content_changed = text != old
-    changed = content_changed or st is None or (st.st_mode & 0o7777, st.st_uid, st.st_gid) != (mode, uid, gid)
+    changed = text != old or st is None or (st.st_mode & 0o7777, st.st_uid, st.st_gid) != (mode, uid, gid)
     diff = {"before": pa.summary(old), "after": pa.summary(text)}
     if changed and not module.check_mode:
-        if content_changed and p["validate"]:
+        # checked whenever the file is written: also where only its group or mode changes (the first install's second pass,
+        # once the package brought promtool), so no file Prometheus reads went unchecked
+        if p["validate"]:
             if "%s" not in p["validate"]:
                 module.fail_json(msg=f"validate={p['validate']!r} must name the file as %s")
             fd, temp = tempfile.mkstemp(prefix=".llmfleet-web-", suffix=".yml", dir=os.path.dirname(path) or ".")

@@ -53,9 +53,9 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.sizer": {"_engine", "_models", "_plan.base", "_plan.memory", "_plan.stages"},
     "_plan.hints": {"_models", "_plan.base", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.stages"},
     # the speed levers (issue 39): read the model and the fit rules, decide before the layout and the sizing
-    "_plan.levers": {"_models", "_plan.base", "_plan.sharding", "_plan.stages"},
-    "_plan.layout": {"_models", "_plan.base", "_plan.hints", "_plan.levers", "_plan.precision", "_plan.sharding", "_plan.sizer",
-                     "_plan.stages", "_plan.topology"},
+    "_plan.levers": {"_models", "_plan.base", "_plan.sharding", "_plan.sizer", "_plan.stages"},
+    "_plan.layout": {"_models", "_plan.base", "_plan.hints", "_plan.precision", "_plan.sharding", "_plan.sizer", "_plan.stages",
+                     "_plan.topology"},
     "_plan.sizing": {"_engine", "_models", "_plan.base", "_plan.hints", "_plan.memory", "_plan.sharding", "_plan.sizer",
                      "_plan.stages"},
     "_plan.features": {"_engine", "_models", "_plan.base", "_plan.memory", "_plan.stages"},

@@ -16,7 +16,7 @@ from .hints import variant_fits
 from .inputs import check_deployments, check_host, read_request
 from .instances import cpu_instances, gpu_instances, with_port
 from .layout import choose_layout
-from .levers import unpulled, weights_at_load
+from .levers import kv_for_speed, unpulled, weights_at_load
 from .model import (
     check_architecture, check_engine_runs, check_remote_code, choose_model, extend_context, profile_summary, serving_source,
 )
@@ -58,7 +58,6 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         precision, precision_problems = choose_precision(m, req, p, ctx, variant_fits(m, req, p))
         if build_problems or precision_problems:
             raise Refusal(*build_problems, *precision_problems)
-        m, precision = weights_at_load(m, req, p, precision, ctx)
         fields = plan_fields(pooling, req) if pooling else None
         encoder_only = bool(pooling and pooling.encoder_only)
         if p.vendor == "cpu":
@@ -70,8 +69,9 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
                                              encoder_only)
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
+            m, precision = weights_at_load(m, req, p, precision, budget, ctx)
             sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, forced_seqs(req), p.cc, build.image_cuda)
-            layout = choose_layout(m, req, p, hw, sizer, ctx)
+            layout = kv_for_speed(m, req, p, choose_layout(m, req, p, hw, sizer, ctx), ctx)
             unpulled(m, req, p, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
             feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx, runner,

@@ -10,7 +10,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .._models import ModelProfile
 from .base import Ctx, Refusal, gib
 from .hints import does_not_fit, fits_somewhere, hosts_needed
-from .levers import kv_for_speed
 from .precision import catalog_alternatives
 from .sharding import (
     PIPELINE_PARALLEL_SINCE, fp8_block_problems, fp8_kv_sound, mla_fp8_kv_unavailable, pp_problem, tp_choices, valid_tp,
@@ -66,7 +65,6 @@ def choose_layout(m: ModelProfile, req: Request, p: Placement, hw: Mapping[str, 
         ctx.why("kv_cache_dtype=fp8", "the checkpoint carries FP8 KV-cache scales (ModelOpt kv_cache_quant_algo or compressed-tensors "
                 "kv_cache_scheme): --kv-cache-dtype fp8 uses them on every vLLM version (auto resolves to fp8 only for ModelOpt "
                 "checkpoints, and only in recent releases)")
-    kv_dtype = kv_for_speed(m, req, p, kv_dtype, ctx)
     ep_forced = o.get("expert_parallel")
     if ep_forced and not m.is_moe:
         raise Refusal(f"{name}: overrides.expert_parallel: true needs a mixture-of-experts model and {m.id} has no experts; "

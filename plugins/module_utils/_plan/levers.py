@@ -9,29 +9,36 @@ permits (workload.quality): each pulled or not with its reason (docs/planner.md#
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 from typing import Tuple
 
 from .._models import DTYPE_BYTES, ModelProfile, estimate_weight_bytes, kv_bytes_per_token
 from .base import Ctx
-from .sharding import fp8_kv_sound
-from .stages import Placement, Precision, Request
+from .sharding import fp8_kv_sound, tp_choices
+from .sizer import loads
+from .stages import Budget, Layout, Placement, Precision, Request
 
-# Measured on the lent H200 (vLLM 0.26.0, dummy weights, 512 prompt + 128 output tokens; docs/benchmarks/h200.md, "Speed
-# levers"): output tok/s of `--quantization fp8` over vLLM's defaults at concurrency 1 / 32 / 128.
-FP8_MEASURED = ("Qwen3-8B 1.40x / 1.23-1.26x / 0.91-0.98x, Qwen3-30B-A3B 0.98x / 2.4-2.9x / 1.5-1.9x (H200, vLLM 0.26, "
-                "docs/benchmarks/h200.md)")
+# Measured on the lent H200 before the levers (vLLM 0.26.0, dummy weights, 512 prompt + 128 output tokens, the defaults run
+# twice; docs/benchmarks/h200.md, "Speed levers"): output tok/s of `--quantization fp8` over vLLM's defaults at
+# concurrency 1 / 32 / 128.
+FP8_MEASURED = ("on the H200 (vLLM 0.26, Qwen3-8B dense: 1.40x / 1.23-1.26x / 0.91-0.98x at 1 / 32 / 128 requests; "
+                "Qwen3-30B-A3B MoE: 0.98x / 2.4-2.9x / 1.5-1.9x; docs/benchmarks/h200.md)")
 # vLLM's FP8 W8A8 GEMMs need FP8 tensor cores: platforms/cuda.py has_device_capability(89) (supports_fp8); below it
 # quantization/fp8.py runs the weights through Marlin W8A16 (weight-only), which no lease here measured.
 FP8_GEMM_MIN_CC = 89
+# Past this many declared requests per GPU the dense model lost with FP8 weights (0.91-0.98x at 128 on one H200, a gain at
+# 32); between the two nothing was measured, and the rule takes the middle.
+FP8_DENSE_MAX_PER_GPU = 64
 
 
 def _fp8_profile(m: ModelProfile) -> ModelProfile:
     """The profile of the weights vLLM holds after quantizing a 16-bit checkpoint at load: every linear layer of the decoder
     in FP8 with a per-tensor scale (quantization/fp8.py Fp8LinearMethod / Fp8MoEMethod, dynamic activation scales); the
-    embeddings, the LM head (a VocabParallelEmbedding, not a linear layer) and the MoE router (built with quant_config=None,
-    models/qwen3_moe.py) stay in the checkpoint's dtype. The file's own byte count is scaled by the estimate's ratio, so a
-    listed size keeps its calibration."""
+    embeddings and the LM head (a VocabParallelEmbedding, not a linear layer: "all Linear modules (except for the final
+    lm_head)", vLLM's FP8 guide) stay in the checkpoint's dtype, and so does the MoE router here (Qwen3-MoE builds it with
+    quant_config=None, models/qwen3_moe.py; families that quantize it differ by a few MB). The file's own byte count is
+    scaled by the estimate's ratio, so a listed size keeps its calibration; `checkpoint_bytes` keeps what the load reads."""
     params = asdict(m)
     full = estimate_weight_bytes(params)
     fp8 = estimate_weight_bytes(dict(params, quant_method="fp8", quant_bits=8, weight_block_size=None, quant_lm_head=False,
@@ -41,62 +48,82 @@ def _fp8_profile(m: ModelProfile) -> ModelProfile:
                    weight_bytes_source=f"{m.weight_bytes_source}, x {fp8 / full:.3f} for FP8 linear layers quantized at load")
 
 
-def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Precision, ctx: Ctx) -> Tuple[ModelProfile, Precision]:
+def _weights_refusal(m: ModelProfile, req: Request, p: Placement, precision: Precision) -> str:
+    """Why the weights lever is not pulled, or "" where it is (quality permitting)."""
+    if req.overrides.get("quantization"):
+        return f"overrides.quantization={req.overrides['quantization']} decides the weights"
+    if m.quant_method is not None or precision.quant is not None:
+        return f"{m.id} is already quantized ({precision.quant or m.quant_method})"
+    if DTYPE_BYTES.get(precision.dtype, 2) != 2 or precision.dtype not in ("bfloat16", "float16"):
+        return f"the plan runs {precision.dtype}; vLLM's FP8 kernels take 16-bit activations"
+    if p.vendor != "nvidia" or p.cc < FP8_GEMM_MIN_CC:
+        where = f"sm{p.cc}" if p.vendor == "nvidia" else f"{p.vendor} {p.arch}"
+        return (f"{where}: vLLM runs FP8 W8A8 GEMMs on NVIDIA sm{FP8_GEMM_MIN_CC}+ (platforms/cuda.py supports_fp8); elsewhere "
+                "its FP8 path is weight-only or unmeasured here, so no speed is claimed")
+    if req.goal == "latency" and m.is_moe:
+        return ("the goal is latency and the model is a MoE: one stream reads few experts' weights per token, and FP8 weights "
+                "gave it 0.98x at one request on the H200 (Qwen3-30B-A3B): no gain for the precision given up")
+    per_gpu = req.concurrency / len(p.gpus)
+    if req.goal == "throughput" and not m.is_moe and per_gpu > FP8_DENSE_MAX_PER_GPU:
+        return (f"{req.concurrency} requests over {len(p.gpus)} GPU(s) are {per_gpu:.0f} per GPU, past the {FP8_DENSE_MAX_PER_GPU} "
+                "where a dense model stopped gaining: 0.91-0.98x at 128 on one H200 (Qwen3-8B), 1.23-1.26x at 32")
+    return ""
+
+
+def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Precision, budget: Budget,
+                    ctx: Ctx) -> Tuple[ModelProfile, Precision]:
     """FP8 weights for a 16-bit checkpoint, quantized by vLLM at load (`--quantization fp8`): about half the weight bytes, so
     a decode step reads half as much and the KV cache gets the rest. It changes the outputs (per-tensor FP8 rounding of every
-    linear layer), so only `workload.quality: fp8` permits it; returns the profile the memory model then sizes (its weights
-    in FP8) and the precision, unchanged where the lever is not pulled."""
+    linear layer), so only `workload.quality: fp8` permits it, and only where it was measured to pay. Returns the profile the
+    memory model then sizes (its weights in FP8, the 16-bit bytes kept for the load: Sizer.fits takes only a TP that loads
+    them) and the precision, unchanged where the lever is not pulled."""
     if req.quality != "fp8" or not p.accs:
         return m, precision
     lever = "quantization=fp8 (at load)"
-    if req.overrides.get("quantization"):
-        ctx.why(f"{lever}: not pulled", f"overrides.quantization={req.overrides['quantization']} decides the weights")
+    refusal = _weights_refusal(m, req, p, precision)
+    fp8 = _fp8_profile(m) if not refusal else m
+    if not refusal and not any(loads(fp8, t, budget) for t in tp_choices(m, len(p.gpus))):
+        refusal = (f"no TP up to {len(p.gpus)} holds the {m.weight_bytes / 2 ** 30:.1f} GiB of 16-bit weights per GPU while vLLM "
+                   "loads them (it quantizes after loading on the releases before PR #31914): use an FP8 checkpoint of the model")
+    if refusal:
+        ctx.why(f"{lever}: not pulled", refusal)
         return m, precision
-    if m.quant_method is not None or precision.quant is not None:
-        ctx.why(f"{lever}: not pulled", f"{m.id} is already quantized ({precision.quant or m.quant_method})")
-        return m, precision
-    if DTYPE_BYTES.get(precision.dtype, 2) != 2 or precision.dtype not in ("bfloat16", "float16"):
-        ctx.why(f"{lever}: not pulled", f"the plan runs {precision.dtype}; vLLM's FP8 kernels take 16-bit activations")
-        return m, precision
-    if p.vendor != "nvidia" or p.cc < FP8_GEMM_MIN_CC:
-        where = f"sm{p.cc}" if p.vendor == "nvidia" else f"{p.vendor} {p.arch}"
-        ctx.why(f"{lever}: not pulled", f"{where}: vLLM runs FP8 W8A8 GEMMs on NVIDIA sm{FP8_GEMM_MIN_CC}+ (platforms/cuda.py "
-                "supports_fp8); elsewhere its FP8 path is weight-only or unmeasured here, so no speed is claimed")
-        return m, precision
-    fp8 = _fp8_profile(m)
-    ctx.why("quantization=fp8 (at load)", f"workload.quality fp8 permits it: vLLM quantizes {m.id}'s linear layers to FP8 at load "
-            f"(dynamic activation scales, vLLM docs features/quantization/fp8), {m.weight_bytes / 2 ** 30:.1f} -> "
-            f"{fp8.weight_bytes / 2 ** 30:.1f} GiB of weights: decode reads half the bytes and the KV cache gets the rest; "
-            f"measured over vLLM's defaults: {FP8_MEASURED}")
+    ctx.why(lever, f"workload.quality fp8 permits it: vLLM quantizes {m.id}'s linear layers to FP8 at load (dynamic activation "
+            f"scales, vLLM's FP8 guide), {m.weight_bytes / 2 ** 30:.1f} -> {fp8.weight_bytes / 2 ** 30:.1f} GiB of weights: decode "
+            f"reads half the bytes and the KV cache gets the rest; only a TP whose GPUs hold the 16-bit weights while they load "
+            f"is taken; measured over vLLM's defaults {FP8_MEASURED}")
     return fp8, replace(precision, quant="fp8", at_load=True)
 
 
-def kv_for_speed(m: ModelProfile, req: Request, p: Placement, kv_dtype: str, ctx: Ctx) -> str:
-    """fp8 KV as a speed lever (stage 7, before the layout): under `workload.quality: fp8` and the throughput goal, where the
-    declared requests' KV at max_model_len outweighs the weights, so that the KV is most of what a full decode step reads
-    (each step reads every weight once and each running request's KV once); fp8 halves it. For the latency goal a single
+def kv_for_speed(m: ModelProfile, req: Request, p: Placement, layout: Layout, ctx: Ctx) -> Layout:
+    """fp8 KV as a speed lever, once the layout is known: under `workload.quality: fp8` and the throughput goal, where one
+    instance's share of the declared requests at max_model_len holds at least as many KV bytes as the instance's weights, so
+    that the KV is most of what a full decode step reads (each step reads every weight once and each running request's KV
+    once); fp8 halves it. The layout was chosen with 16-bit KV, so fp8 only adds room. For the latency goal a single
     stream's KV is small next to the weights, and the plan leaves the KV dtype to the fit rules."""
-    if req.quality != "fp8" or kv_dtype != "auto" or req.overrides.get("kv_cache_dtype") or not p.accs:
-        return kv_dtype
+    if req.quality != "fp8" or layout.kv_dtype != "auto" or req.overrides.get("kv_cache_dtype") or not p.accs:
+        return layout
     lever = "kv_cache_dtype=fp8 (for speed)"
     if not fp8_kv_sound(p, m, req.version):
         ctx.why(f"{lever}: not pulled", f"fp8 KV is not sound for {m.id} on {p.arch if p.vendor != 'nvidia' else f'sm{p.cc}'}")
-        return kv_dtype
-    length = 8192 if req.max_model_len == "auto" else int(req.max_model_len)
-    kv = req.concurrency * length * kv_bytes_per_token(m, 1, 2)
-    weights = m.weight_bytes
+        return layout
     if req.goal != "throughput":
         ctx.why(f"{lever}: not pulled", "the goal is latency: one stream's KV is small next to the weights, so fp8 KV buys little "
                 "there and costs a conversion on every write")
-        return kv_dtype
+        return layout
+    length = 8192 if req.max_model_len == "auto" else int(req.max_model_len)
+    share = math.ceil(req.concurrency / layout.instances)
+    kv = share * length * kv_bytes_per_token(m, 1, 2)
+    weights = m.weight_bytes
+    held = f"{share} request(s) per instance x {length} tokens hold {kv / 2 ** 30:.1f} GiB of KV in 16 bits"
     if kv < weights:
-        ctx.why(f"{lever}: not pulled", f"{req.concurrency} requests x {length} tokens hold {kv / 2 ** 30:.1f} GiB of KV, less than "
-                f"the {weights / 2 ** 30:.1f} GiB of weights every decode step reads: halving the KV would buy less than a third")
-        return kv_dtype
-    ctx.why("kv_cache_dtype=fp8", f"workload.quality fp8 permits it and the load is KV-bound: {req.concurrency} requests x {length} "
-            f"tokens hold {kv / 2 ** 30:.1f} GiB of KV in 16 bits against {weights / 2 ** 30:.1f} GiB of weights, and a decode step "
-            "reads both; fp8 halves the KV's bytes and doubles the tokens the cache holds")
-    return "fp8"
+        ctx.why(f"{lever}: not pulled", f"{held}, less than the {weights / 2 ** 30:.1f} GiB of weights every decode step reads: "
+                "halving the KV would buy less than a third of a step")
+        return layout
+    ctx.why("kv_cache_dtype=fp8", f"workload.quality fp8 permits it and the load is KV-bound: {held} against "
+            f"{weights / 2 ** 30:.1f} GiB of weights, and a decode step reads both; fp8 halves the KV's bytes and doubles the "
+            "tokens the cache holds")
+    return replace(layout, kv_dtype="fp8")
 
 
 def unpulled(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> None:

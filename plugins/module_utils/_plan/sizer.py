@@ -11,7 +11,9 @@ from typing import Optional, Tuple
 from .._engine import cudagraph_memory_counted, default_batching, default_gpu_memory_utilization, vstr
 from .._models import DTYPE_BYTES, ModelProfile
 from .base import GIB, MIB, Ctx
-from .memory import CUDAGRAPH_GIB, VISIBLE_FRACTION, Memory, cudagraph_capture_size, gdn_prefill_checkpoint, memory_model
+from .memory import (
+    CUDAGRAPH_GIB, NON_TORCH_GIB, VISIBLE_FRACTION, Memory, cudagraph_capture_size, gdn_prefill_checkpoint, memory_model,
+)
 from .stages import Budget, Placement, Request
 
 
@@ -101,10 +103,23 @@ def stage_view(m: ModelProfile, pp: int) -> ModelProfile:
     # a MoE model's dense-MLP layers (DeepSeek's first_k_dense_replace) are lighter: the heaviest stage is counted as if the
     # body were in its expert layers alone
     heavy = layers - m.dense_mlp_layers if m.is_moe and 0 < m.dense_mlp_layers < layers else layers
+    weight_bytes = int(body * min(per_stage, heavy) / heavy + vocab)
     return replace(m, num_layers=per_stage, full_attention_layers=share(m.full_attention_layers),
                    sliding_layers=share(m.sliding_layers), chunked_layers=share(m.chunked_layers),
-                   dense_mlp_layers=0 if heavy != layers else share(m.dense_mlp_layers),
-                   weight_bytes=int(body * min(per_stage, heavy) / heavy + vocab))
+                   dense_mlp_layers=0 if heavy != layers else share(m.dense_mlp_layers), weight_bytes=weight_bytes,
+                   checkpoint_bytes=int(m.checkpoint_bytes * weight_bytes / m.weight_bytes) if m.checkpoint_bytes else 0)
+
+
+def loads(m: ModelProfile, tp: int, budget: Budget, pp: int = 1) -> bool:
+    """Whether one GPU of TP=tp (the largest pipeline stage) holds the checkpoint's bytes while vLLM loads them. For weights
+    quantized at load (_plan.levers) that is the 16-bit checkpoint: vLLM's online FP8 created the 16-bit weights on the GPU
+    and quantized them after the whole model had loaded (the FP8 guide's "you need enough memory to load the whole model",
+    vLLM issue #4387) until PR #31914 (2026-01) streamed it, and 0.13/0.14 peaked higher still (PR #32773); the planner
+    does not rely on the release. Any other plan holds its weights as loaded."""
+    stage = stage_view(m, pp)
+    if not stage.checkpoint_bytes:
+        return True
+    return stage.checkpoint_bytes / tp + NON_TORCH_GIB * GIB <= budget.gpu_bytes * budget.util
 
 
 @dataclass(frozen=True)
@@ -135,7 +150,7 @@ class Sizer:
 
     def fits(self, tp: int, kv_dtype: str, pp: int = 1) -> bool:
         mem, _seqs, max_model_len = self.evaluate(tp, kv_dtype, pp)
-        return max_model_len > 0 and mem.fits(max_model_len)
+        return max_model_len > 0 and mem.fits(max_model_len) and loads(self.m, tp, self.budget, pp)
 
     def for_load(self, tp: int, kv_dtype: str, needed: int, fp8_allowed: bool, pp: int = 1) -> Tuple[Memory, int, int, str]:
         """One instance at TP=tp that should hold `needed` requests: in kv_dtype, or in fp8 where kv_dtype is auto, fp8

@@ -171,3 +171,39 @@ def test_latency_goal_names_speculative_decoding_and_its_draft_heads_without_pul
     dense = plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency"))
     assert "ngram" in decisions(dense)["speculative decoding: not pulled"]
     assert not [d for d in decisions(plan_of("h200x1", dep("Qwen/Qwen3-8B"))) if d.startswith("speculative")]
+
+
+def test_fp8_weights_are_pulled_only_where_they_were_measured_to_pay():
+    """Latency on a MoE model: 0.98x at one request (Qwen3-30B-A3B on the H200); a dense model past 64 declared requests
+    per GPU: 0.91-0.98x at 128 on one H200 (1.23-1.26x at 32). The same 128 requests over 8 GPUs are 16 per GPU."""
+    moe = plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", goal="latency", quality="fp8"))
+    assert "--quantization" not in only(moe)["args"]
+    assert "0.98x at one request" in decisions(moe)["quantization=fp8 (at load): not pulled"]
+    busy = plan_of("h200x1", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=128))
+    assert "--quantization" not in only(busy)["args"]
+    assert "128 per GPU, past the 64" in decisions(busy)["quantization=fp8 (at load): not pulled"]
+    spread = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=128))
+    assert all(flag(i["args"], "--quantization") == "fp8" for i in spread["instances"])
+
+
+def test_the_kv_lever_weighs_one_instances_share():
+    """32 requests over 8 instances (TP=1 on 8 H200) are 4 each: 4.5 GiB of KV against 8.8 GiB of weights, not KV-bound."""
+    plan = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=32))
+    assert len(plan["instances"]) == 8
+    assert all("--kv-cache-dtype" not in i["args"] for i in plan["instances"])
+    assert "4 request(s) per instance x 8192 tokens hold 4.5 GiB" in decisions(plan)["kv_cache_dtype=fp8 (for speed): not pulled"]
+
+
+def test_only_a_tp_whose_gpus_hold_the_16_bit_weights_while_loading_is_taken():
+    """Qwen3-235B-A22B: 16-bit weights of about 438 GiB. On 8 H100 (80 GB) FP8 weights alone would fit 4 GPUs, but the load
+    holds the 16-bit weights first on the releases before vLLM PR #31914: only TP=8 loads them (55 GiB a GPU)."""
+    plan = plan_of("h100_sxm_8x", dep("Qwen/Qwen3-235B-A22B", quality="fp8", concurrency=32))
+    [inst] = plan["instances"]
+    assert inst["tensor_parallel_size"] == 8 and flag(inst["args"], "--quantization") == "fp8"
+    assert "16-bit weights while they load" in decisions(plan)["quantization=fp8 (at load)"]
+    # on 4 of them no TP loads the 16-bit weights: the lever is not pulled, and the plan is refused as without it
+    four = plan_host("h100_sxm_8x", hardware_profile("h100_sxm_8x"), [dep("Qwen/Qwen3-235B-A22B", quality="fp8", gpus=4)])
+    why = {r["decision"]: r["why"] for r in four["deployments"][0]["reasons"]}
+    assert "use an FP8 checkpoint" in why["quantization=fp8 (at load): not pulled"]
+    exact = plan_host("h100_sxm_8x", hardware_profile("h100_sxm_8x"), [dep("Qwen/Qwen3-235B-A22B", gpus=4)])
+    assert four["errors"] and [e.split(";")[0] for e in four["errors"]] == [e.split(";")[0] for e in exact["errors"]]

@@ -118,6 +118,8 @@ def check(plan):
                 quality = next(d for d in plan["_deps"] if d["name"] == dep["name"])["workload"]["quality"]
                 assert quality == "fp8" and hw_acc["vendor"] == "nvidia" and float(hw_acc["compute_capability"]) >= 8.9, (quality, hw_acc)
                 assert mem["weights_gib_per_gpu"] < m.weight_bytes / 2 ** 30 / tp
+                if inst["pipeline_parallel_size"] == 1:   # the 16-bit weights load on each GPU first (Sizer.fits, levers)
+                    assert m.weight_bytes / 2 ** 30 / tp <= mem["gpu_gib"] * inst["gpu_memory_utilization"], (dep["model"], tp)
             if hw_acc["compute_capability"] == "7.0":
                 assert version < (0, 20, 0), "no official vLLM >= 0.20 build runs on sm70"
             backend = inst["env"].get("VLLM_ATTENTION_BACKEND") or flag(inst["args"], "--attention-backend")

@@ -60,6 +60,7 @@ def test_only_a_loopback_listener_may_go_without_a_user(listen, loopback):
     ([{"name": "ops"}], "monitoring_prometheus_users[0] (name 'ops'): the password must be a non-empty string"),
     ([{"name": "ops", "password": 1234}], "the password must be a non-empty string"),
     ([{"name": "ops", "password": "x" * 73}], "longer than 72 bytes"),
+    ([{"name": "ops", "password": SECRET + " "}], "monitoring_prometheus_users[0] (name 'ops'): the password starts or ends with a space"),
     ([{"name": "ops", "password": SECRET, "hash": "x"}], "unknown keys hash"),
     (["ops"], "monitoring_prometheus_users[0] must be a mapping"),
     ("ops", "must be a list"),

@@ -73,6 +73,20 @@ def test_a_file_the_check_refuses_leaves_the_live_one_and_no_user_removes_it(tmp
     assert [r["changed"] for r in results] == [True, False] and not web.exists()
 
 
+def test_a_mode_only_change_is_checked_too(tmp_path):
+    """The first install writes the file before promtool exists (no check) and again once the package brought it, with the
+    same content and only its group and mode new: that second write is checked as any other."""
+    web = tmp_path / "web.yml"
+    first = dict(task(web, [{"name": "ops", "password": SECRET}], validate=None))
+    first["llmfleet.serving.prometheus_web_config"]["mode"] = "0644"
+    play(tmp_path, [first])
+    (results, _output) = play(tmp_path, [task(web, [{"name": "ops", "password": SECRET}], validate="false %s")])
+    assert results[0].get("failed") is True and "failed `false %s`" in results[0]["msg"], results[0]
+    assert oct(web.stat().st_mode & 0o777) == "0o644"
+    (results, _output) = play(tmp_path, [task(web, [{"name": "ops", "password": SECRET}])])
+    assert results[0]["changed"] is True and oct(web.stat().st_mode & 0o777) == "0o640"
+
+
 def status(url, auth=None):
     request = urllib.request.Request(url)
     if auth:

@@ -117,8 +117,9 @@ def _duration(name: str, value: Any) -> str:
 DURATION_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
 
 
-def _seconds(text: str) -> float:
-    """A checked Prometheus duration in seconds (DURATION's groups are in DURATION_UNITS' order)."""
+def duration_seconds(text: str) -> float:
+    """A checked Prometheus duration in seconds (DURATION's groups are in DURATION_UNITS' order); also the usage report's
+    retention (_usage.retention_start)."""
     match = DURATION.match(text)
     if match is None:
         raise MonitoringError(f"{text!r}: a Prometheus duration such as 30s, 5m or 1h")
@@ -309,10 +310,10 @@ def prometheus_config(targets_dir: str, rule_files: Sequence[str], options: Opti
                  "refresh_interval": "1m", "self_username": None, "self_password_file": None}, **(options or {}))
     if not opts["scrape_timeout"]:
         interval = _duration("monitoring option scrape_interval", opts["scrape_interval"])
-        opts["scrape_timeout"] = interval if _seconds(interval) < 10 else "10s"
+        opts["scrape_timeout"] = interval if duration_seconds(interval) < 10 else "10s"
     for key in ("scrape_interval", "evaluation_interval", "scrape_timeout", "refresh_interval"):
         _duration(f"monitoring option {key}", opts[key])
-    if _seconds(str(opts["scrape_timeout"]).strip()) > _seconds(str(opts["scrape_interval"]).strip()):
+    if duration_seconds(str(opts["scrape_timeout"]).strip()) > duration_seconds(str(opts["scrape_interval"]).strip()):
         raise MonitoringError(f"scrape_timeout={opts['scrape_timeout']} is longer than scrape_interval={opts['scrape_interval']}: "
                               "Prometheus refuses it; set scrape_timeout to at most the interval")
     if not str(targets_dir).startswith("/"):

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ._monitoring import MonitoringError, duration_seconds as duration_seconds_of
 
 MAX_DAYS = 366
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens")
@@ -67,19 +68,16 @@ def period(start: Any, end: Any, today: datetime.date) -> List[datetime.date]:
     return [first + datetime.timedelta(days=n) for n in range(count)]
 
 
-# Prometheus's durations (prometheus/common model.ParseDuration: units y w d h m s ms, each once, in that order; a year is
-# 365 days), as monitoring_retention is written
-_DURATION = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
-_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
-
-
 def duration_seconds(name: str, text: Any) -> float:
-    """A Prometheus duration (15d, 2w, 720h, 1y, 1d12h) in seconds; UsageError naming `name` otherwise."""
+    """A Prometheus duration (15d, 2w, 720h, 1y, 1d12h) in seconds, read by the monitoring role's own parser
+    (_monitoring.duration_seconds); UsageError naming `name` otherwise."""
     value = str(text or "").strip()
-    match = _DURATION.match(value)
-    if not value or match is None or isinstance(text, bool):
+    try:
+        seconds = 0.0 if isinstance(text, bool) or not value else duration_seconds_of(value)
+    except MonitoringError:
+        seconds = -1.0
+    if seconds < 0 or not value or isinstance(text, bool):
         raise UsageError(f"{name}={text!r} is not a Prometheus duration: write it as 15d, 2w, 720h or 1y")
-    seconds = sum(float(group[:-len(unit)]) * factor for group, (unit, factor) in zip(match.groups(), _UNITS) if group)
     if seconds <= 0:
         raise UsageError(f"{name}={text!r} is no time at all: give the retention Prometheus runs with, e.g. 15d")
     return seconds

@@ -77,7 +77,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
     "_monitoring": {"_engine", "_syntax", "_units"},
     # reads the gateway log and Prometheus answers: no plan
-    "_usage": set(),
+    "_usage": {"_monitoring"},
     # Prometheus's web configuration (its basic auth users): no plan
     "_prometheus_auth": set(),
 }

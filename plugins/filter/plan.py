@@ -1,7 +1,7 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the planner: vllm_plan, vllm_plan_table, plan_metadata_needed, plan_metadata and fleet_served_names (docs
-in the sidecar YAML files)."""
+"""Filters over the planner: vllm_plan, vllm_plan_table, vllm_plan_groups, plan_metadata_needed, plan_metadata and
+fleet_served_names (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import FleetPlanError, read_fleet_plans, served_name_conflicts
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import metadata_needed
+from ansible_collections.llmfleet.serving.plugins.module_utils._plan.group import group_views
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, ports_in_force, summary_table
 
 
@@ -27,6 +28,10 @@ def vllm_plan_table(plan):
         return summary_table(plan)
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"vllm_plan_table: not a plan ({exc})") from exc
+
+
+def vllm_plan_groups(deployments, groups, hostvars, planned_here=None):
+    return group_views(deployments, groups, hostvars, planned_here)
 
 
 def plan_metadata_needed(deployments):
@@ -64,5 +69,6 @@ def fleet_served_names(hosts, hostvars, plan_dir, planned_here=None):
 
 class FilterModule:
     def filters(self):
-        return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table, "plan_metadata_needed": plan_metadata_needed,
+        return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table, "vllm_plan_groups": vllm_plan_groups,
+                "plan_metadata_needed": plan_metadata_needed,
                 "plan_metadata": plan_metadata, "fleet_served_names": fleet_served_names}

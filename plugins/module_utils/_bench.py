@@ -25,6 +25,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import EngineError, parse_version
+from ._fleet_plans import api_instances
 
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 PERCENTILES = (50, 95, 99)
@@ -243,7 +244,7 @@ def measured_plan(deployment: str, plans: Mapping[str, Mapping[str, Any]]) -> Li
         for dep in plan.get("deployments") or []:
             if str(dep.get("name")) != deployment:
                 continue
-            for inst in dep.get("instances") or []:
+            for inst in api_instances(dep):
                 out.append({"host": host, "instance": inst.get("name"), "engine_version": dep.get("engine_version"),
                             "devices": inst.get("devices") or inst.get("gpus") or [], "args": list(inst.get("args") or []),
                             "hardware": hardware})
@@ -427,7 +428,7 @@ def client_hosts(plans: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for host in sorted(plans):
         for dep in (plans[host] or {}).get("deployments") or []:
-            if dep.get("instances"):
+            if api_instances(dep):
                 out.setdefault(str(dep["name"]), host)
     return out
 

@@ -74,6 +74,11 @@ FLAG_SINCE: Dict[str, Version] = {
     "--mm-processor-cache-type": (0, 11, 0),        # absent 0.10.2, present 0.11.0 (the table said 0.17.0)
     "--language-model-only": (0, 17, 0),            # absent 0.16.0, present 0.17.0
     "--enable-expert-parallel": (0, 8, 5),
+    # one engine over several hosts, multiprocessing executor: absent 0.11.0, present 0.11.1 (config/parallel.py)
+    "--nnodes": (0, 11, 1),
+    "--node-rank": (0, 11, 1),
+    "--master-addr": (0, 11, 1),
+    "--master-port": (0, 11, 1),
     "--reasoning-parser": (0, 8, 5),
     "--enable-reasoning": (0, 8, 5),
     "--tool-call-parser": (0, 8, 5),

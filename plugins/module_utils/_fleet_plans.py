@@ -13,6 +13,13 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
+def api_instances(dep: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """A planned deployment's instances that serve the API: every one but the --headless ranks of a multi-host deployment
+    (`headless`: workers only, no port, no edge, no /metrics; the group's rank 0 serves for them). What the gateway routes
+    to, verify asks, monitoring scrapes and the rotation names."""
+    return [i for i in dep.get("instances") or [] if isinstance(i, Mapping) and not i.get("headless")]
+
+
 class FleetPlanError(ValueError):
     """A host without a plan, or a plan that is not a mapping; the message names the fix."""
 

@@ -75,6 +75,9 @@ FLEET_VARS: Dict[str, FleetVar] = {
     "llmfleet_private_address": FleetVar("The host's private-network address: where its edge nginx listens for a gateway on "
                                          "another host (plan option `private_address`; vLLM itself stays on loopback; a public "
                                          "or malformed one fails the plan)."),
+    "llmfleet_private_interface": FleetVar("The network interface that holds `llmfleet_private_address` (e.g. eth0, ens1f0, "
+                                           "ib0): where the ranks of a multi-host deployment meet (torch's Gloo and NCCL bind "
+                                           "it). Needed on every host of a deployment's `hosts` group only."),
     "llmfleet_hyhal_dir": FleetVar("Where hyhal lives on Hygon hosts, mounted read-only into the engine (plan option "
                                    "`hyhal_dir`).", default="/opt/hyhal"),
     # the controller's folders

@@ -28,7 +28,7 @@ import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ._fleet_plans import FleetPlanError, read_fleet_plans as read_plan_files, served_name_conflicts
+from ._fleet_plans import FleetPlanError, api_instances, read_fleet_plans as read_plan_files, served_name_conflicts
 from ._pooling import POOLING_PATHS
 from ._syntax import ROUTING, nginx_word, served_name
 
@@ -98,7 +98,7 @@ def read_fleet_plans(hosts: Sequence[str], fact_plans: Mapping[str, Any], plan_d
 
 def _instances(plan: Mapping[str, Any]):
     for dep in plan.get("deployments") or []:
-        for inst in dep.get("instances") or []:
+        for inst in api_instances(dep):
             yield dep, inst
 
 

@@ -219,14 +219,16 @@ def drain_timeout(seconds: Optional[int] = None) -> Tuple[int, str]:
                              "stream of a CPU or a busy GPU fits; what still runs then is cut by the stop")
 
 
-def os_packages(package: Optional[str], version: Optional[Tuple[int, ...]] = None) -> List[str]:
-    """Debian packages the venv (systemd) runtime of `package` (engine `version`) needs; an image-only plan needs none."""
+def os_packages(package: Optional[str], version: Optional[Tuple[int, ...]] = None, compiled: bool = False) -> List[str]:
+    """Debian packages the venv (systemd) runtime of `package` (engine `version`) needs; an image-only plan needs none. The
+    CPU build compiled (not --enforce-eager: torch inductor writes C++ kernels) needs a C++ compiler and Python's headers on
+    every version."""
     if not package:
         return []
     name = re.split(r"[=<>!~\[ ]", str(package), maxsplit=1)[0].strip().lower()
     if name != CPU_BUILD:
         return list(VENV_PACKAGES)
-    compiler = list(COMPILER_PACKAGES) if version is not None and tuple(version) < CPU_BUILD_COMPILER_UNTIL else []
+    compiler = list(COMPILER_PACKAGES) if compiled or (version is not None and tuple(version) < CPU_BUILD_COMPILER_UNTIL) else []
     return list(VENV_PACKAGES) + list(CPU_BUILD_PACKAGES) + compiler
 
 

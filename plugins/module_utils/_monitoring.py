@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import EngineError, parse_version
+from ._fleet_plans import api_instances
 from ._syntax import served_name
 from ._units import Unit, UnitError, render
 
@@ -138,7 +139,7 @@ def plan_instances(plans: Mapping[str, Mapping[str, Any]]) -> Tuple[List[Instanc
                             "playbooks/plan.yml")
             continue
         for dep in plan.get("deployments") or []:
-            for inst in dep.get("instances") or []:
+            for inst in api_instances(dep):
                 served = str(inst.get("served_model_name") or dep.get("served_model_name") or dep.get("name"))
                 problem = served_name(served)
                 if problem:

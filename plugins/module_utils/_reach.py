@@ -11,6 +11,7 @@ import json
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import api_instances
 from ansible_collections.llmfleet.serving.plugins.module_utils._monitoring import hostport
 from ansible_collections.llmfleet.serving.plugins.module_utils._verify import QUESTION
 
@@ -32,7 +33,7 @@ def instance_rows(plans: Mapping[str, Mapping[str, Any]]) -> List[List[str]]:
         if not isinstance(plan, Mapping):
             raise ReachError(f"the plan of {host} is not a mapping: run playbooks/plan.yml")
         for dep in plan.get("deployments") or []:
-            for inst in dep.get("instances") or []:
+            for inst in api_instances(dep):
                 args = inst.get("args") or []
                 rows.append([host, str(inst["name"]), str(inst.get("served_model_name") or dep["name"]), str(inst["port"]),
                              str(dep.get("engine_version", "")), _arg(args, "--dtype"), _arg(args, "--max-model-len"),
@@ -46,7 +47,7 @@ def chat_models(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
     chat, pooling = set(), set()
     for plan in plans.values():
         for dep in (plan.get("deployments") or []) if isinstance(plan, Mapping) else []:
-            for inst in dep.get("instances") or []:
+            for inst in api_instances(dep):
                 (pooling if inst.get("runner") == "pooling" else chat).add(str(inst.get("served_model_name") or dep["name"]))
     return sorted(chat - pooling)
 

@@ -17,6 +17,7 @@ import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ._engine import EngineError, parse_version
+from ._fleet_plans import api_instances
 
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
@@ -50,7 +51,7 @@ def peers(plans: Mapping[str, Mapping[str, Any]], host: str, instance: str) -> L
     mine = None
     for name in sorted(plans):
         for dep in (plans[name] or {}).get("deployments") or []:
-            for inst in dep.get("instances") or []:
+            for inst in api_instances(dep):
                 model = str(inst.get("served_model_name") or dep.get("name"))
                 served.setdefault(model, []).append(f"{name}/{inst['name']}")
                 if name == host and inst["name"] == instance:

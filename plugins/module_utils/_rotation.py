@@ -21,6 +21,8 @@ import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import api_instances
+
 # one line per instance in the gateway's upstream blocks (roles/gateway/templates/gateway.conf.j2):
 #     server 172.30.77.11:8002 max_fails=1 fail_timeout=10s;  # llmfleet-fleet-engine1 tiny-a-0
 SERVER_LINE = re.compile(r"^(?P<head>[ \t]*server[ \t]+(?P<address>\S+)(?:[ \t]+(?!down\b)[^\s;#]+)*?)(?P<down>[ \t]+down)?;"
@@ -116,7 +118,7 @@ def forget(state: Mapping[str, Entry], keep: Sequence[str]) -> State:
 def planned(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
     """Every instance of the fleet's plans, as the rotation names it ("host/instance")."""
     return sorted(f"{host}/{inst['name']}" for host in plans for dep in ((plans[host] or {}).get("deployments") or [])
-                  for inst in dep.get("instances") or [])
+                  for inst in api_instances(dep))
 
 
 def merge_out(per_gateway: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Dict[str, Dict[str, Any]]:

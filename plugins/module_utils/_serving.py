@@ -366,6 +366,14 @@ def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> Li
         raise ServingError(f"{source} is not a plan: run playbooks/plan.yml (site.yml does) so the host has llmfleet_plan")
     if plan.get("errors"):
         raise ServingError(f"{plan.get('host')}: the plan has errors, nothing is started: " + " | ".join(plan["errors"]))
+    ranked = [f"{dep.get('name')} (hosts={(inst.get('group') or {}).get('name')})" for dep in plan["deployments"]
+              for inst in dep.get("instances") or [] if isinstance(inst, Mapping) and inst.get("group")]
+    if ranked:
+        # the planner plans them (docs/multi-host.md); starting, gating and rolling a group of ranks as one unit is not built
+        raise ServingError(f"{plan.get('host')}: {', '.join(ranked)} runs as one engine over several hosts; this release plans "
+                           "multi-host deployments (playbooks/plan.yml: layout, memory per rank, each rank's command line) but "
+                           "does not start them: nothing is started. Remove `hosts` to serve the model per host, or start the "
+                           "ranks from the plan files by hand (docs/multi-host.md)")
     out = []
     for dep in plan["deployments"]:
         for n, inst in enumerate(dep.get("instances") or []):

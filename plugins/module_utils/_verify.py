@@ -18,6 +18,7 @@ import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._engine import EngineError, parse_version
+from ._fleet_plans import api_instances
 from ._pooling import answer_shape
 
 CHECKS = ("listed", "chat", "stream", "tools", "reasoning", "pooling")
@@ -68,7 +69,7 @@ def instance_targets(plan: Mapping[str, Any]) -> List[Dict[str, Any]]:
         raise VerifyError(f"a host's plan must be a mapping (llmfleet_plan), got {type(plan).__name__}: run playbooks/plan.yml")
     out = []
     for dep in plan.get("deployments") or []:
-        for inst in dep.get("instances") or []:
+        for inst in api_instances(dep):
             args = [str(a) for a in inst.get("args") or []]
             out.append({
                 "deployment": str(dep["name"]), "instance": str(inst["name"]), "host": str(plan.get("host", "")),

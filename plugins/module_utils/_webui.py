@@ -35,6 +35,7 @@ import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import api_instances
 from ansible_collections.llmfleet.serving.plugins.module_utils._gateway import GatewayError, local_url
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import env_file
 from ansible_collections.llmfleet.serving.plugins.module_utils._units import Unit, UnitError, render
@@ -233,7 +234,7 @@ def model_settings(plans: Mapping[str, Mapping[str, Any]]) -> List[Dict[str, Any
         if plan.get("errors"):
             continue
         for dep in plan.get("deployments") or []:
-            for inst in dep.get("instances") or []:
+            for inst in api_instances(dep):
                 model = str(inst.get("served_model_name") or dep.get("name"))
                 if inst.get("runner") == "pooling":
                     continue

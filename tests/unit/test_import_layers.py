@@ -16,7 +16,8 @@ MODULE_UTILS = ROOT / "plugins" / "module_utils"
 ABSOLUTE = "ansible_collections.llmfleet.serving.plugins.module_utils."
 
 # Modules that read plans (the planner's output): the planner may import none of them, directly or through another module.
-PLAN_CONSUMERS = {"_serving", "_gateway", "_fleet_plans", "_host_runtime", "_verify", "_bench", "_rollout", "_webui", "_reach", "_monitoring"}
+PLAN_CONSUMERS = {"_serving", "_gateway", "_fleet_plans", "_host_runtime", "_verify", "_bench", "_rollout", "_webui", "_reach", "_monitoring",
+                  "_rotation"}
 # The planner's own modules; each of their imports must stay below them (facts, tables, the host's needs) or inside _plan.
 PLANNER = {"_planner"} | {f"_plan.{p.stem}" for p in (MODULE_UTILS / "_plan").glob("*.py") if p.stem != "__init__"} | {"_plan"}
 
@@ -32,7 +33,7 @@ LAYERS: Dict[str, Set[str]] = {
     "_engine_keys": {"_engine"},
     # tools that neither make nor read plans
     "_model_store": set(), "_hub_http": {"_model_store"}, "_venv": set(), "_openai_http": set(),
-    "_config_tree": set(), "_rotation": set(), "_run_lock": set(), "_units": set(), "_host_tuning": {"_units"},
+    "_config_tree": set(), "_run_lock": set(), "_units": set(), "_host_tuning": {"_units"},
     # what each file syntax can carry (nginx, systemd, environment files) and the served name's rule: the planner refuses
     # an inventory value with it, the gateway re-checks the plans it reads
     "_syntax": set(),
@@ -42,7 +43,8 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.memory": {"_engine", "_models", "_plan.base"},
     "_plan.stages": {"_engine", "_plan.base", "_plan.memory"},
     "_plan.ports": {"_plan.base"},
-    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.ports", "_plan.stages", "_pooling", "_syntax"},
+    "_plan.inputs": {"_engine", "_hardware", "_host_needs", "_plan.base", "_plan.group", "_plan.ports", "_plan.stages", "_pooling",
+                     "_syntax"},
     "_plan.pooling": {"_engine", "_models", "_plan.base", "_plan.stages", "_pooling"},
     "_plan.model": {"_engine", "_hf_names", "_host_needs", "_models", "_plan.base", "_plan.stages", "_vllm_archs"},
     # topology reads the model's heads (sharding.valid_tp) to lay TP ranks over a CPU host's NUMA nodes (issue 34)
@@ -59,8 +61,12 @@ LAYERS: Dict[str, Set[str]] = {
     "_plan.sizing": {"_engine", "_models", "_plan.base", "_plan.hints", "_plan.memory", "_plan.sharding", "_plan.sizer",
                      "_plan.stages"},
     "_plan.features": {"_engine", "_models", "_plan.base", "_plan.memory", "_plan.stages"},
-    "_plan.instances": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.engine", "_plan.stages", "_plan.topology"},
-    "_plan.compose": {"_engine", "_plan.base", "_plan.engine", "_plan.features", "_plan.hints", "_plan.inputs", "_plan.instances",
+    # a deployment over several hosts (issue 38): its group, its layout across them, each rank's environment
+    "_plan.group": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.hints", "_plan.sharding", "_plan.sizer", "_plan.stages",
+                    "_plan.topology"},
+    "_plan.instances": {"_engine", "_host_needs", "_models", "_plan.base", "_plan.engine", "_plan.group", "_plan.stages",
+                        "_plan.topology"},
+    "_plan.compose": {"_engine", "_plan.base", "_plan.engine", "_plan.features", "_plan.group", "_plan.hints", "_plan.inputs", "_plan.instances",
                       "_plan.layout", "_plan.levers", "_plan.model", "_plan.pooling", "_plan.ports", "_plan.precision", "_plan.sizer", "_plan.sizing",
                       "_plan.stages", "_plan.topology", "_syntax"},
     # the contract: re-exports the stages' names
@@ -72,10 +78,12 @@ LAYERS: Dict[str, Set[str]] = {
     # plan consumers: above the planner
     "_fleet_plans": set(), "_serving": {"_engine", "_engine_keys", "_fleet_vars", "_host_needs", "_syntax", "_units"},
     "_gateway": {"_fleet_plans", "_pooling", "_syntax"},
-    "_verify": {"_engine", "_pooling"}, "_reach": {"_verify", "_monitoring"},
-    "_bench": {"_engine"}, "_rollout": {"_engine"}, "_webui": {"_gateway", "_serving", "_units"},
+    # every consumer of the instances that serve the API reads them through _fleet_plans.api_instances (no headless rank)
+    "_verify": {"_engine", "_fleet_plans", "_pooling"}, "_reach": {"_fleet_plans", "_verify", "_monitoring"},
+    "_bench": {"_engine", "_fleet_plans"}, "_rollout": {"_engine", "_fleet_plans"},
+    "_webui": {"_fleet_plans", "_gateway", "_serving", "_units"}, "_rotation": {"_fleet_plans"},
     "_host_runtime": {"_host_needs", "_nvidia_driver", "_serving"},
-    "_monitoring": {"_engine", "_syntax", "_units"},
+    "_monitoring": {"_engine", "_fleet_plans", "_syntax", "_units"},
     # reads the gateway log and Prometheus answers: no plan
     "_usage": {"_monitoring"},
     # Prometheus's web configuration (its basic auth users): no plan

@@ -12,6 +12,7 @@ from .._syntax import env_value, unit_value
 from .base import Ctx, PlanError, Refusal
 from .engine import engine_build
 from .features import choose_features
+from .group import cpu_group, group_layout, read_group
 from .hints import variant_fits
 from .inputs import check_deployments, check_host, read_request
 from .instances import cpu_instances, gpu_instances, with_port
@@ -23,7 +24,7 @@ from .model import (
 from .pooling import choose_runner, plan_fields
 from .ports import PortAsk, Ports, assign_ports
 from .precision import choose_precision
-from .sizer import Sizer, forced_seqs, gpu_budget
+from .sizer import Sizer, forced_seqs, gpu_budget, stage_view
 from .sizing import CPU_DEFAULT_MAX_BATCHED, CPU_HOST_RESERVE_GIB, cpu_weights, size_cpu, size_instances
 from .stages import HostOptions, Planned
 from .topology import cpu_layout, place
@@ -54,13 +55,22 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         m, pooling, runner = choose_runner(d, req, m, ctx)
         m, hf_overrides = extend_context(d, req, m, ctx)
         p = place(d, req, hw, host, taken, ctx)
+        group = read_group(d, req, host, hw, opts.groups or {}, ctx)
         build, build_problems = engine_build(d, req, p, hw, ctx)
         precision, precision_problems = choose_precision(m, req, p, ctx, variant_fits(m, req, p))
         if build_problems or precision_problems:
             raise Refusal(*build_problems, *precision_problems)
         fields = plan_fields(pooling, req) if pooling else None
         encoder_only = bool(pooling and pooling.encoder_only)
-        if p.vendor == "cpu":
+        if p.vendor == "cpu" and group:
+            # one stage a host, each sized as its own layers and their KV cache (Sizer.stage_view)
+            precision = cpu_group(m, req, precision, group, ctx)
+            cpu = size_cpu(stage_view(m, group.nnodes), req, hw, host, precision.dtype, ctx)
+            feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, cpu.kv_dtype, hf_overrides, ctx,
+                                    runner, pooling is not None)
+            out["instances"] = cpu_instances(d, req, m, build, precision, cpu, None, feats, serving, hw, opts, ports, ctx, fields,
+                                             encoder_only, group)
+        elif p.vendor == "cpu":
             cpu_lay = cpu_layout(m, req, hw, host, cpu_weights(m, precision.dtype), CPU_HOST_RESERVE_GIB, ctx)
             cpu = size_cpu(m, req, hw, host, precision.dtype, ctx, cpu_lay)
             feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED * cpu_lay.tp, cpu.kv_dtype, hf_overrides, ctx,
@@ -71,19 +81,21 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
             budget = gpu_budget(req, p, precision.eager, ctx)
             m, precision = weights_at_load(m, req, p, precision, budget, ctx)
             sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, forced_seqs(req), p.cc, build.image_cuda)
-            layout = kv_for_speed(m, req, p, choose_layout(m, req, p, hw, sizer, ctx), ctx)
+            chosen = group_layout(m, req, p, hw, sizer, group, ctx) if group else choose_layout(m, req, p, hw, sizer, ctx)
+            layout = kv_for_speed(m, req, p, chosen, ctx)
             unpulled(m, req, p, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
             feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx, runner,
                                     pooling is not None)
             out["instances"] = gpu_instances(d, req, m, p, build, precision, budget, layout, sizing, feats, serving, hw, opts, ports, ctx,
-                                             fields, encoder_only)
+                                             fields, encoder_only, group)
     except Refusal as exc:
         if exc.data:
             out["refusal"] = exc.data
         return Planned(out, exc.messages, ctx.warnings, [], [])
     _check_carried(out["instances"])
-    return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]], [i["port"] for i in out["instances"]])
+    return Planned(out, [], ctx.warnings, [g for i in out["instances"] for g in i["gpus"]],
+                   [i["port"] for i in out["instances"] if i["port"] is not None])
 
 
 def _check_carried(instances: List[Mapping[str, Any]]) -> None:
@@ -126,12 +138,13 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
             dep["instances"] = []
     return {"host": host, "hardware": json.loads(json.dumps(hw)), "errors": errors, "warnings": [w for w in warnings if w], "deployments": planned,
             # what the next plan keeps (ports.ports_in_force): a plan with errors starts nothing, so the ports in force stay
-            "ports": in_force if errors else {i["name"]: i["port"] for dep in planned for i in dep["instances"]}}
+            "ports": in_force if errors else {i["name"]: i["port"] for dep in planned for i in dep["instances"] if i["port"] is not None}}
 
 
 def _stable_ports(planned: List[Tuple[Mapping[str, Any], Dict[str, Any]]], opts: HostOptions, in_force: Mapping[str, int]) -> Ports:
     """Stage 11 over the host (ports.assign_ports): every instance moved to its port, in plan order, with the reason."""
-    asks = [PortAsk(d["name"], tuple(i["name"] for i in dep["instances"]), d.get("port")) for d, dep in planned]
+    # a --headless rank of a multi-host deployment serves no API: it takes no port
+    asks = [PortAsk(d["name"], tuple(i["name"] for i in dep["instances"] if not i.get("headless")), d.get("port")) for d, dep in planned]
     book = assign_ports(asks, opts.base_port, in_force, opts.host_ports or {}, opts.edge_address)
     for d, dep in planned:
         for inst in dep["instances"]:
@@ -150,7 +163,8 @@ def summary_table(plan: Mapping[str, Any]) -> List[str]:
     for d in plan["deployments"]:
         for i in d["instances"]:
             mem = i["memory"]
-            lines.append(f"{i['name']:<22}{','.join(map(str, i['gpus'])) or 'cpu':<12}{i['tensor_parallel_size']:>3} {i['port']:>5}  "
+            port = i["port"] if i["port"] is not None else f"r{i['group']['rank']}"   # a headless rank: its rank in the group
+            lines.append(f"{i['name']:<22}{','.join(map(str, i['gpus'])) or 'cpu':<12}{i['tensor_parallel_size']:>3} {port:>5}  "
                          f"{mem.get('weights_gib_per_gpu', mem.get('weights_gib', 0)):>9.1f}Gi "
                          f"{mem.get('kv_cache_gib_per_gpu', mem.get('kv_cache_gib', 0)):>6.1f}Gi {mem['kv_cache_tokens']:>10} "
                          f"{mem['max_concurrency_at_max_len']:>8.1f}  {i['cpuset'] or '-'}")

@@ -133,13 +133,18 @@ def launch_args(launch: Launch) -> List[str]:
     """The `vllm serve` command line of one instance, in the spelling of launch.version: the planned flags only
     (extra_args follow them), each where a stage decided it."""
     version = launch.version
-    args = [launch.model_dir, "--served-model-name", launch.served_name, "--host", launch.host, "--port", str(launch.port)]
+    args = [launch.model_dir, "--served-model-name", launch.served_name]
+    if launch.node_rank == 0:   # a --headless rank serves no API
+        args += ["--host", launch.host, "--port", str(launch.port)]
     if launch.mistral_format:
         args += ["--tokenizer-mode", "mistral", "--config-format", "mistral", "--load-format", "mistral"]
     if launch.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(launch.tensor_parallel_size)]
     if launch.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(launch.pipeline_parallel_size)]
+    if launch.nnodes > 1:
+        args += ["--nnodes", str(launch.nnodes), "--node-rank", str(launch.node_rank), "--master-addr", str(launch.master_addr),
+                 "--master-port", str(launch.master_port)] + (["--headless"] if launch.node_rank > 0 else [])
     if launch.trust_remote_code:
         args += ["--trust-remote-code"]
     args += ["--dtype", launch.dtype]

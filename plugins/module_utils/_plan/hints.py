@@ -40,17 +40,18 @@ def fits_somewhere(sizer: Sizer, p: Placement, gpus: int) -> Callable[[ModelProf
 MAX_HOSTS = 8
 
 
-def hosts_needed(m: ModelProfile, sizer: Sizer, p: Placement) -> Optional[Dict[str, Any]]:
+def hosts_needed(m: ModelProfile, sizer: Sizer, p: Placement, start: int = 2) -> Optional[Dict[str, Any]]:
     """The smallest number of hosts like this one (its GPUs, all of them) whose GPUs hold the model as one instance: TP inside
     a host (the widest TP the heads and the FP8 block allow on its GPUs), pipeline stages across the hosts (vLLM's
     multi-node layout: tensor parallel within a node, pipeline parallel across nodes, docs "Distributed inference and
-    serving"); sized by the same memory model, stage by stage. None when no count up to MAX_HOSTS does."""
+    serving"); sized by the same memory model, stage by stage. From `start` hosts (a group too small asks from its size + 1);
+    None when no count up to MAX_HOSTS does."""
     n = len(p.gpus)
     tps = [t for t in tp_choices(m, n) if not fp8_block_problems(m, t)[0]]
     if not tps:
         return None
     kv_dtypes = ("auto", "fp8") if fp8_kv_sound(p, m, sizer.req.version) else ("auto",)
-    for hosts in range(2, MAX_HOSTS + 1):
+    for hosts in range(max(2, start), MAX_HOSTS + 1):
         for tp in sorted(tps, reverse=True):
             pp = hosts * n // tp
             if pp_problem(m, pp):

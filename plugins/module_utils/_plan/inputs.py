@@ -17,12 +17,13 @@ from .._host_needs import SHUTDOWN_FLAG, NeedsError, edge_address
 from .._pooling import PoolingError, check_inventory_value
 from .._syntax import ROUTING, env_value, nginx_word, served_name, unit_value
 from .base import DEFAULT_BASE_PORT, DEFAULT_CONCURRENCY, DEFAULT_MODEL_ROOT, Ctx, PlanError, Refusal, slug
+from .group import check_groups
 from .ports import check_in_force, host_ports
 from .stages import HostOptions, Request
 
 
 DEPLOYMENT_KEYS = {"name", "model", "gpus", "workload", "engine", "overrides", "served_name", "port", "extra_args", "extra_env",
-                   "trust_remote_code", "pooling", "allow_unsafe", "routing"}
+                   "trust_remote_code", "pooling", "allow_unsafe", "routing", "hosts"}
 # the one way to let a deployment run its model's own code: never through extra_args
 TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"
 # the flags that say a model is a pooling model (_pooling.runner_args): the deployment's `pooling` key decides them
@@ -39,6 +40,8 @@ PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port":
                  "--default-chat-template-kwargs": None, "--chat-template": "chat_template",
                  "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
                  "--pipeline-parallel-size": None,
+                 # a multi-host deployment's ranks (_plan.group): the deployment's `hosts` decides them
+                 "--nnodes": "hosts", "--node-rank": "hosts", "--master-addr": "hosts", "--master-port": "hosts", "--headless": "hosts",
                  # a Mistral-format checkpoint's three flags (features: the model's own files decide them)
                  "--tokenizer-mode": None, "--config-format": None, "--load-format": None,
                  # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
@@ -56,7 +59,7 @@ KNOWN_FLAGS = frozenset(GUARDED_FLAGS | {"--no-" + f[2:] for f in GUARDED_FLAGS}
 ENGINE_KEYS = {"version", "image", "cuda", "accept_advisories"}
 # plan_host's options (playbooks/plan.yml fills them from the inventory)
 PLAN_OPTIONS = {"base_port", "model_root", "gateway_on_host", "private_address", "hyhal_dir", "model_metadata", "ports_in_force",
-                "host_ports"}
+                "host_ports", "groups"}
 WORKLOAD_KEYS = {"max_model_len", "concurrency", "goal", "thinking", "tools", "vision", "quality"}
 # workload.quality: what the plan may trade of the outputs for speed (_plan.levers); exact changes nothing
 QUALITY = ("exact", "fp8")
@@ -100,6 +103,11 @@ DEPLOYMENT_DOC: Dict[str, str] = {
                  "set (CUDA_VISIBLE_DEVICES, VLLM_API_KEY ...) cannot be replaced, and the ones that open the engine "
                  "(VLLM_SERVER_DEV_MODE, VLLM_ALLOW_RUNTIME_LORA_UPDATING, VLLM_HOST_IP, VLLM_PORT ...) need allow_unsafe. "
                  "Values on one line (no newline or other control character).",
+    "hosts": "An inventory group: the deployment runs as one engine over all of the group's hosts (vLLM's own multi-node "
+             "support: tensor parallel inside each host, pipeline stages across them), for a model no single host holds. Define "
+             "the deployment in that group's group_vars; every host of the group needs llmfleet_private_address and "
+             "llmfleet_private_interface, the same GPUs and vLLM 0.11.1 or later. The group's first host serves the API; "
+             "the others run workers only. docs/multi-host.md.",
     "routing": "How the gateway picks one of the model's instances for a request: least_conn (default: the one with the fewest "
                "requests in flight), session (a request that names its conversation - an X-Session-Id header, else the body's "
                "`user` - always goes to the same instance while it is in rotation, so vLLM's prefix cache holds its history; one "
@@ -171,6 +179,9 @@ DEPLOYMENT_DOC: Dict[str, str] = {
     "options.gateway_on_host": "Whether the host is in llm_gateway: the engine listens on loopback and no edge nginx is planned.",
     "options.private_address": "llmfleet_private_address: where this host's edge nginx listens for the gateway when that runs "
                                "elsewhere (a private address, never guessed from ansible_host); the engine stays on loopback.",
+    "options.groups": "Set by plan.yml, not in the inventory: for each deployment with `hosts`, the group's hosts in inventory "
+                      "order, each with its llmfleet_private_address, llmfleet_private_interface, its own definition of the "
+                      "deployment and the hardware this run resolved for it (filter vllm_plan_groups).",
     "options.model_metadata": "Set by plan.yml, not in the inventory: for each model named by a hub id outside the catalog, the "
                               "controller folder its config.json was fetched to (model_store_source, model_store_controller_endpoint, "
                               "llmfleet_metadata_cache), the weights' size the hub lists, and where from.",
@@ -229,6 +240,10 @@ def check_deployments(deployments: Any, host: str) -> List[Dict[str, Any]]:
             raise PlanError(f"{where}[{i}].gpus={gpus!r}: 'all', a count, or a list of GPU indices")
         if isinstance(gpus, list) and len(set(gpus)) != len(gpus):
             raise PlanError(f"{where}[{i}].gpus={gpus!r} lists a GPU twice")
+        if d.get("hosts") is not None and (not isinstance(d["hosts"], str)
+                                           or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}", d["hosts"])):
+            raise PlanError(f"{where}[{i}] ({name}).hosts={d['hosts']!r}: give the name of an inventory group (letters, digits, "
+                            "'.', '_' or '-')")
         if d.get("routing", "least_conn") not in ROUTING:
             raise PlanError(f"{where}[{i}] ({name}).routing={d.get('routing')!r}: one of {', '.join(ROUTING)}")
         port = d.get("port")
@@ -304,7 +319,7 @@ def check_host(host: str, hardware: Any, options: Optional[Mapping[str, Any]]) -
     return hw, HostOptions(bind_why=bind_why, edge_address=edge, base_port=base_port, model_root=root,
                            hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"),
                            ports_in_force=check_in_force(options.get("ports_in_force"), host),
-                           host_ports=host_ports(options.get("host_ports"), host))
+                           host_ports=host_ports(options.get("host_ports"), host), groups=check_groups(options.get("groups"), host))
 
 
 def _whole(value: Any) -> bool:

@@ -15,6 +15,7 @@ from .._host_needs import (CONTAINER_NETWORK, HYHAL_DIR, LOOPBACK, device_access
 from .._models import ModelProfile
 from .base import GIB, Ctx, gib
 from .engine import extras, launch_args, startup_budget
+from .group import Group, group_env
 from .stages import Budget, Build, CpuLayout, CpuSizing, Features, HostOptions, Launch, Layout, Placement, Precision, Request, Serving, Sizing
 from .topology import cpu_binding, cpu_rank_binding, group_warnings, groups_reason, numa_of, tp_groups
 
@@ -43,15 +44,15 @@ def with_port(instance: Dict[str, Any], port: int) -> Dict[str, Any]:
     return _hashed(instance)
 
 
-def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: int,
-                 options: HostOptions, serving: Serving, version: Optional[Version] = None) -> Dict[str, Any]:
+def _host_fields(vendor: str, gpus: List[int], image_cuda: Optional[str], package: Optional[str], model_dir: str, port: Optional[int],
+                 options: HostOptions, serving: Serving, version: Optional[Version] = None, compiled: bool = False) -> Dict[str, Any]:
     """What the instance needs from its host (_host_needs), in the plan so that every role reads the same: among them how
     long a change waits for its requests (drain_timeout_s), the engine's own shutdown grace (shutdown_timeout_s, its
     --shutdown-timeout) and the runtime's stop timeout above that grace (stop_timeout_s)."""
     return {"vendor": vendor, "bind_address": LOOPBACK, "container_network": CONTAINER_NETWORK,
-            "edge": {"address": options.edge_address, "port": port} if options.edge_address else None,
+            "edge": {"address": options.edge_address, "port": port} if options.edge_address and port is not None else None,
             "model_dir": model_dir, "image_cuda": image_cuda,
-            "access": device_access(vendor, gpus, str(options.hyhal_dir or HYHAL_DIR)), "os_packages": os_packages(package, version),
+            "access": device_access(vendor, gpus, str(options.hyhal_dir or HYHAL_DIR)), "os_packages": os_packages(package, version, compiled),
             "stop_timeout_s": stop_timeout(serving.grace_s)[0], "drain_timeout_s": serving.drain_s,
             "shutdown_timeout_s": serving.grace_s}
 
@@ -70,6 +71,20 @@ def _loopback_env(vendor: str, version: Version, extra_env: Mapping[str, str], c
     if note:
         ctx.warnings.append(f"{name}: {note}")
     return env
+
+
+def _ranked(launch: Launch, group: Optional[Group]) -> Launch:
+    """The command line of this host's rank of a multi-host deployment (--nnodes, --node-rank, --master-addr/-port and
+    --headless above rank 0); one of a single host unchanged."""
+    if not group:
+        return launch
+    return replace(launch, nnodes=group.nnodes, node_rank=group.rank, master_addr=group.head.address, master_port=group.port)
+
+
+def _group_fields(group: Optional[Group]) -> Dict[str, Any]:
+    """A multi-host rank's own fields: `group` (Group.fields) and `headless` (no API: no port, no edge, out of every
+    consumer of the instance's port); nothing for an instance of one host, whose plan (and hash) stays as it was."""
+    return {"group": group.fields(), "headless": group.headless} if group else {}
 
 
 def _hashed(instance: Dict[str, Any]) -> Dict[str, Any]:
@@ -120,11 +135,12 @@ def _launch(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, p
 def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placement, build: Build, precision: Precision,
                   budget: Budget, layout: Layout, sizing: Sizing, feats: Features, serving: Serving,
                   hw: Mapping[str, Any], options: HostOptions, ports: AbstractSet[int], ctx: Ctx,
-                  pooling: Optional[Mapping[str, Any]] = None, encoder_only: bool = False) -> List[Dict[str, Any]]:
-    """Stage 10 (GPUs): the instances: their GPUs (inside one link domain), NUMA node, port, arguments and environment."""
+                  pooling: Optional[Mapping[str, Any]] = None, encoder_only: bool = False, group: Optional[Group] = None) -> List[Dict[str, Any]]:
+    """Stage 10 (GPUs): the instances: their GPUs (inside one link domain), NUMA node, port, arguments and environment. A
+    multi-host deployment's one instance is this host's rank of it (_ranked)."""
     name, version, tp = req.name, req.version, layout.tp
     vendor, mem = p.vendor, sizing.mem
-    width = tp * layout.pp      # an instance's GPUs: its TP group times its pipeline stages
+    width = tp * layout.pp // layout.nodes     # an instance's GPUs on this host: its TP group times its pipeline stages here
     groups = tp_groups(p.gpus, hw, width, layout.instances)
     if width > 1:
         ctx.why(*groups_reason(p.gpus, groups, hw))
@@ -134,21 +150,22 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
                      pipeline_parallel_size=layout.pp,
                      quantization=precision.quant, quantize_at_load=precision.at_load, gpu_memory_utilization=budget.util, capture=feats.capture,
                      attention_backend=feats.backend, encoder_backend=feats.encoder, expert_parallel=layout.expert_parallel)
+    launch = _ranked(launch, group)
     # the start reads the checkpoint's bytes, also where vLLM quantizes them at load (_plan.levers)
     budget_s = startup_budget((m.checkpoint_bytes or m.weight_bytes) / GIB, precision.eager, vendor, p.cc, ctx)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
-    pinned = _loopback_env(vendor, version, extra_env, ctx, name)
+    pinned = group_env(vendor, group, extra_env, ctx, name) if group else _loopback_env(vendor, version, extra_env, ctx, name)
     used = set(ports)
     out: List[Dict[str, Any]] = []
-    for k, group in enumerate(groups):
-        node, cpuset = numa_of(group, hw, ctx.warnings, f"{name}-{k}")
-        port = _port_of(d, options.base_port, used, k)
+    for k, gpus in enumerate(groups):
+        node, cpuset = numa_of(gpus, hw, ctx.warnings, f"{name}-{k}")
+        port = None if group and group.headless else _port_of(d, options.base_port, used, k)
         used.add(port)
         env: Dict[str, str] = {}
         if vendor == "nvidia":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         else:
-            env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in group)
+            env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
             if tp > 1 and vendor == "hygon":
                 env["ALLREDUCE_STREAM_WITH_COMPUTE"] = "1"
         env.update(pinned)
@@ -156,10 +173,10 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3000"
         if feats.backend and not has_flag(version, "--attention-backend"):
             env["VLLM_ATTENTION_BACKEND"] = feats.backend
-        args = launch_args(replace(launch, port=port)) + extra_args
+        args = launch_args(replace(launch, port=port or 0)) + extra_args
         env.update(extra_env)
         instance = {
-            "name": f"{name}-{k}", "port": port, "gpus": group, "numa_node": node, "cpuset": cpuset,
+            "name": f"{name}-{k}", "port": port, "gpus": gpus, "numa_node": node, "cpuset": cpuset,
             "tensor_parallel_size": tp, "pipeline_parallel_size": layout.pp, "data_parallel_size": 1,
             "expert_parallel": layout.expert_parallel,
             "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype,
@@ -179,7 +196,8 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
             },
             "image": build.image, "package": build.package, "served_model_name": launch.served_name,
             "args": args, "env": env, "patches": feats.patches, "reasons": ctx.reasons,
-            **_host_fields(vendor, group, build.image_cuda, build.package, launch.model_dir, port, options, serving),
+            **_host_fields(vendor, gpus, build.image_cuda, build.package, launch.model_dir, port, options, serving),
+            **_group_fields(group),
         }
         out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib_per_gpu", "kv_bytes_per_token_per_gpu")))
     if layout.pp == 1:
@@ -202,7 +220,7 @@ def cpu_instance(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bui
 def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Build, precision: Precision, sizing: CpuSizing,
                   layout: Optional[CpuLayout], feats: Features, serving: Serving, hw: Mapping[str, Any], options: HostOptions,
                   ports: AbstractSet[int], ctx: Ctx, pooling: Optional[Mapping[str, Any]] = None,
-                  encoder_only: bool = False) -> List[Dict[str, Any]]:
+                  encoder_only: bool = False, group: Optional[Group] = None) -> List[Dict[str, Any]]:
     """Stage 10 on a CPU host: the instances of the layout (topology.cpu_layout). On one NUMA node one instance bound to it
     (topology.cpu_binding); over several, each instance's ranks on their own nodes: --tensor-parallel-size, one
     VLLM_CPU_OMP_THREADS_BIND list per rank separated by '|', VLLM_CPU_KVCACHE_SPACE per rank, the CPU set of its nodes
@@ -213,27 +231,29 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
         bindings = [cpu_rank_binding(hw, ranks, ctx, f"{name}-{k}") for k, ranks in enumerate(layout.nodes)]
     else:
         bindings = [cpu_binding(hw, ctx)]
-    launch = replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), tensor_parallel_size=tp)
+    launch = _ranked(replace(_launch(d, req, m, build, precision, feats, serving, sizing, ctx), tensor_parallel_size=tp,
+                             pipeline_parallel_size=group.nnodes if group else 1), group)
     extra_args, extra_env = extras(d, version, ctx, ctx.warnings, name)
-    pinned = _loopback_env("cpu", version, extra_env, ctx, name)
+    pinned = group_env("cpu", group, extra_env, ctx, name) if group else _loopback_env("cpu", version, extra_env, ctx, name)
     if build.image:
         ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
-    if build.package and "g++" in os_packages(build.package, version):
+    if build.package and "g++" in os_packages(build.package, version) and precision.eager:
         ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
                 "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")
     budget_s = startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx)
     used = set(ports)
     out: List[Dict[str, Any]] = []
     for k, (node, cpuset, bind) in enumerate(bindings):
-        port = _port_of(d, options.base_port, used, k)
+        port = None if group and group.headless else _port_of(d, options.base_port, used, k)
         used.add(port)
-        args = launch_args(replace(launch, port=port)) + extra_args
+        args = launch_args(replace(launch, port=port or 0)) + extra_args
         env = {**pinned, **extra_env, "VLLM_CPU_KVCACHE_SPACE": str(sizing.space_gib)}
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         instance = {
             "name": f"{name}-{k}", "port": port, "gpus": [], "numa_node": node, "cpuset": cpuset,
-            "tensor_parallel_size": tp, "pipeline_parallel_size": 1, "data_parallel_size": 1, "expert_parallel": False,
+            "tensor_parallel_size": tp, "pipeline_parallel_size": launch.pipeline_parallel_size, "data_parallel_size": 1,
+            "expert_parallel": False,
             "dtype": precision.dtype, "quantization": precision.quant, "kv_cache_dtype": sizing.kv_dtype, "attention_backend": "default",
             "max_model_len": sizing.max_model_len, "max_num_seqs": sizing.seqs, "gpu_memory_utilization": None,
             "enforce_eager": precision.eager, "startup_budget_s": budget_s,
@@ -242,7 +262,8 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
                        "kv_cache_tokens": int(sizing.held * sizing.max_model_len), "max_concurrency_at_max_len": round(sizing.held, 2)},
             "image": build.image, "package": build.package, "served_model_name": launch.served_name,
             "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
-            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving, version),
+            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving, version, not precision.eager),
+            **_group_fields(group),
         }
         out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib", "kv_bytes_per_token")))
     return out

@@ -115,13 +115,19 @@ def fp8_kv_sound(p: Placement, m: Optional[ModelProfile] = None, version: Option
 PIPELINE_PARALLEL_SINCE = (0, 8, 2)
 PP_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phi3", "gemma2", "gemma3_text",
                   "granite", "deepseek_v2", "deepseek_v3")
+# vLLM picks a model's class by its config's `architectures` (model_executor/models/registry.py), not by model_type: a model
+# of another type served by one of these classes (Kimi-K2: kimi_k2 on DeepseekV3ForCausalLM) splits into stages the same way
+PP_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
+                    "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+                    "GraniteForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 
 
 def pp_problem(m: ModelProfile, pp: int) -> Optional[str]:
     """None when vLLM can split the model into pp pipeline stages, else why not."""
-    if m.model_type not in PP_MODEL_TYPES:
-        return (f"the planner splits only model types whose vLLM class implements SupportsPP and whose stages it models "
-                f"({', '.join(PP_MODEL_TYPES)}); {m.id} is {m.model_type or 'of no known type'}")
+    if m.model_type not in PP_MODEL_TYPES and m.architecture not in PP_ARCHITECTURES:
+        return (f"the planner splits only models whose vLLM class implements SupportsPP and whose stages it models "
+                f"({', '.join(PP_MODEL_TYPES)}, or an architecture of theirs); {m.id} is {m.model_type or 'of no known type'} "
+                f"({m.architecture})")
     if m.is_hybrid or m.vision:
         return f"{m.id} has {'state layers' if m.is_hybrid else 'a vision encoder'}, whose pipeline stages the planner does not model"
     if m.num_layers < pp:

@@ -76,6 +76,7 @@ class Layout:
     kind: str                      # nvlink_all, nvlink_mesh or pcie (link_domains)
     domains: List[List[int]]
     pp: int = 1                    # pipeline stages of an instance (its GPUs: tp x pp)
+    nodes: int = 1                 # hosts the instance spans (_plan.group): each holds tp x pp / nodes of its GPUs
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,8 @@ class HostOptions:
     # the variable that sets it) (ports.host_ports); both checked by inputs.check_host
     ports_in_force: Optional[Mapping[str, int]] = None
     host_ports: Optional[Mapping[int, Tuple[str, str]]] = None
+    # multi-host deployments: deployment name -> its group's members (_plan.group.check_groups)
+    groups: Optional[Mapping[str, Mapping[str, Any]]] = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> "HostOptions":
@@ -159,7 +162,8 @@ class HostOptions:
         return cls(bind_why=options["bind_why"], edge_address=options.get("edge_address"),
                    base_port=options.get("base_port", DEFAULT_BASE_PORT), model_root=options.get("model_root", DEFAULT_MODEL_ROOT),
                    hyhal_dir=options.get("hyhal_dir"), model_metadata=options.get("model_metadata"),
-                   ports_in_force=options.get("ports_in_force"), host_ports=options.get("host_ports"))
+                   ports_in_force=options.get("ports_in_force"), host_ports=options.get("host_ports"),
+                   groups=options.get("groups"))
 
 
 @dataclass(frozen=True)
@@ -205,3 +209,7 @@ class Launch:
     trust_remote_code: bool = False                  # --trust-remote-code: the deployment's trust_remote_code (model.check_remote_code)
     runner_args: Tuple[str, ...] = ()                # a pooling model's --runner/--convert (or --task): right after --dtype
     shutdown_timeout: int = 0                        # --shutdown-timeout: the engine's own grace on SIGTERM (0: not passed)
+    nnodes: int = 1                                  # hosts of a multi-host engine (_plan.group): --nnodes and what follows
+    node_rank: int = 0                               # --node-rank: this host's rank; above 0 the rank runs --headless
+    master_addr: Optional[str] = None                # --master-addr: rank 0's private address
+    master_port: Optional[int] = None                # --master-port: where the ranks meet on rank 0

@@ -1,0 +1,259 @@
+"""Issue 38, the planner's side of a deployment over several hosts (`hosts: <inventory group>`): the 2 x 8-GPU layouts of
+DeepSeek-V3-class and Qwen3-235B-class models on H100 and H200 (TP inside each host, PP across), memory per rank from the
+same memory model as one host (Sizer with the stage's layers), each rank's command line and environment, the refusals that
+name the host or value at fault, and the hint that names the group that would hold a model. Config numbers come from the
+model cards (tests/fixtures/models, each naming its source)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._models import profile_from_config
+from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, summary_table
+from ansible_collections.llmfleet.serving.plugins.module_utils._plan.base import Ctx
+from ansible_collections.llmfleet.serving.plugins.module_utils._plan.sizer import Sizer, gpu_budget, stage_view
+from ansible_collections.llmfleet.serving.plugins.module_utils._plan.stages import Placement, Request
+from ansible_collections.llmfleet.serving.plugins.module_utils._engine import parse_version
+
+from test_plan_layout_load import dep, fixture
+
+DEEPSEEK_V3 = {"id": "deepseek-ai/DeepSeek-V3", "config": fixture("deepseek-v3.json")}
+KIMI_K2 = {"id": "moonshotai/Kimi-K2-Instruct", "config": fixture("kimi-k2-instruct.json")}
+QWEN3_235B_FP8 = {"id": "Qwen/Qwen3-235B-A22B-FP8", "config": fixture("qwen3-235b-a22b-fp8.json")}
+
+
+def members(d, hw, count=2, **per_host):
+    """The group's members as playbooks/plan.yml hands them over: g1..gN at 10.0.0.1..N on ens1, each with the deployment."""
+    out = [{"host": f"g{k + 1}", "address": f"10.0.0.{k + 1}", "interface": "ens1", "hardware": hw, "deployment": d}
+           for k in range(count)]
+    for host, changes in per_host.items():
+        out[int(host[1:]) - 1].update(changes)
+    return out
+
+
+def group_plan(model, profile, host="g1", count=2, version="0.26.0", per_host=None, options=None, **extra):
+    hw = hardware_profile(profile) if isinstance(profile, str) else profile
+    d = dep(model, version, hosts="big", **extra)
+    view = {"group": "big", "members": members(d, hw, count, **(per_host or {}))}
+    return plan_host(host, hw, [d], {"groups": {"d": view}, **(options or {})})
+
+
+def only(plan):
+    assert plan["errors"] == [], plan["errors"]
+    (inst,) = plan["deployments"][0]["instances"]
+    return inst
+
+
+def reason(inst, prefix):
+    return next(r["why"] for r in inst["reasons"] if r["decision"].startswith(prefix))
+
+
+def arg(inst, flag):
+    return inst["args"][inst["args"].index(flag) + 1]
+
+
+@pytest.mark.parametrize("model,profile,single_fits", [
+    (DEEPSEEK_V3, "h100_sxm_8x", False),      # 671B FP8: 78 GiB a GPU at TP=8 on one H100 host, no KV left
+    (KIMI_K2, "h100_sxm_8x", False),          # 1T FP8 on DeepseekV3ForCausalLM: 120 GiB a GPU on one H100 host
+    (DEEPSEEK_V3, "h200_sxm_8x", True),       # one H200 host holds it: the group is planned, with a warning
+    (QWEN3_235B_FP8, "h100_sxm_8x", True),
+    ("Qwen/Qwen3-235B-A22B", "h100_sxm_8x", True),
+    ("Qwen/Qwen3-235B-A22B", "h200_sxm_8x", True),
+])
+def test_two_hosts_of_eight_gpus_run_tp8_inside_and_pp2_across_with_the_memory_of_one_stage(model, profile, single_fits):
+    head, worker = only(group_plan(model, profile)), only(group_plan(model, profile, host="g2"))
+    for inst in (head, worker):
+        assert (inst["tensor_parallel_size"], inst["pipeline_parallel_size"]) == (8, 2)
+        assert inst["gpus"] == list(range(8))
+        assert arg(inst, "--tensor-parallel-size") == "8" and arg(inst, "--pipeline-parallel-size") == "2"
+        assert arg(inst, "--nnodes") == "2" and arg(inst, "--master-addr") == "10.0.0.1" and arg(inst, "--master-port") == "29501"
+    assert arg(head, "--node-rank") == "0" and "--headless" not in head["args"] and head["port"] == 8002
+    assert arg(worker, "--node-rank") == "1" and "--headless" in worker["args"]
+    # the headless rank serves no API: no port, no edge, no --host/--port
+    assert worker["port"] is None and worker["edge"] is None and "--port" not in worker["args"] and "--host" not in worker["args"]
+    # both ranks plan the same engine: the same memory and limits on every GPU
+    for key in ("max_model_len", "max_num_seqs", "kv_cache_dtype", "memory"):
+        assert head[key] == worker[key], key
+    # memory per GPU is the memory model's for one stage of TP=8 (half the layers, one vocabulary matrix)
+    m = profile_from_config(model["config"], model["id"]) if isinstance(model, dict) else None
+    if m is not None:
+        hw = hardware_profile(profile)
+        req = Request("d", parse_version("0.26.0"), {}, {}, "throughput", 8, "auto")
+        p = Placement(list(range(8)), hw["accelerators"], "nvidia", "sm90", 90)
+        sizer = Sizer(m, "nvidia", req, gpu_budget(req, p, False, Ctx([])), "bfloat16", False, None, 90)
+        mem = sizer.evaluate(8, head["kv_cache_dtype"], 2)[0]
+        assert head["memory"]["weights_gib_per_gpu"] == pytest.approx(mem.weights / 2 ** 30, abs=0.01)
+        assert stage_view(m, 2).num_layers == -(-m.num_layers // 2)
+        assert head["memory"]["weights_gib_per_gpu"] < 0.55 * m.weight_bytes / 8 / 2 ** 30
+    fits_one = [w for w in group_plan(model, profile)["warnings"] if "fits on one host of group big" in w]
+    assert bool(fits_one) == single_fits
+    single = plan_host("x", hardware_profile(profile), [dep(model)])
+    assert bool(single["errors"]) != single_fits
+
+
+def test_each_rank_meets_the_others_on_its_private_address_and_interface():
+    head, worker = only(group_plan(DEEPSEEK_V3, "h100_sxm_8x")), only(group_plan(DEEPSEEK_V3, "h100_sxm_8x", host="g2"))
+    assert {k: head["env"][k] for k in ("VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")} == \
+        {"VLLM_HOST_IP": "10.0.0.1", "GLOO_SOCKET_IFNAME": "ens1", "NCCL_SOCKET_IFNAME": "=ens1"}
+    assert worker["env"]["VLLM_HOST_IP"] == "10.0.0.2"
+    assert head["group"] == {"name": "big", "nnodes": 2, "rank": 0, "head": "g1", "hosts": ["g1", "g2"],
+                             "addresses": {"g1": "10.0.0.1", "g2": "10.0.0.2"}, "master_addr": "10.0.0.1", "master_port": 29501,
+                             "interface": "ens1"}
+    assert worker["group"]["rank"] == 1 and worker["headless"] is True and head["headless"] is False
+    # the API stays on loopback behind the edge; the unauthenticated rank ports get a warning naming the fix
+    assert arg(head, "--host") == "127.0.0.1"
+    plan = group_plan(DEEPSEEK_V3, "h100_sxm_8x")
+    assert any("29501/tcp on g1" in w and "host firewall" in w for w in plan["warnings"])
+
+
+def test_the_headless_rank_takes_no_port_and_the_plan_table_shows_its_rank():
+    plan = group_plan(DEEPSEEK_V3, "h100_sxm_8x", host="g2")
+    assert plan["ports"] == {}
+    row = next(line for line in summary_table(plan) if line.startswith("d-0"))
+    assert " r1 " in row
+    head = group_plan(DEEPSEEK_V3, "h100_sxm_8x")
+    assert head["ports"] == {"d-0": 8002}
+
+
+def test_a_group_that_cannot_hold_the_model_is_refused_with_the_group_that_would():
+    # 671B of FP8 on 2 x 8 RTX 4090 (24 GiB): 43 GiB of weights a GPU
+    plan = group_plan(DEEPSEEK_V3, "rtx4090_8x_pcie")
+    assert plan["errors"] and "does not fit on the 2 hosts of group big (2 x 8 x 24 GiB GPUs)" in plan["errors"][0]
+    need = plan["deployments"][0]["refusal"]
+    assert need["reason"] == "needs_more_hosts" and need["hosts"] == 5
+    assert f"a group of {need['hosts']} hosts of these" in plan["errors"][0]
+    # and that group holds it
+    assert not group_plan(DEEPSEEK_V3, "rtx4090_8x_pcie", count=need["hosts"])["errors"]
+    # where no group up to the hint's limit does, the refusal says so
+    none = group_plan("Qwen/Qwen3-235B-A22B", "t4x4")
+    assert "no group of up to 8 such hosts" in none["errors"][0] and "refusal" not in none["deployments"][0]
+
+
+def test_a_model_too_big_for_one_host_of_another_type_on_a_pipeline_class_gets_the_hosts_hint():
+    plan = plan_host("x", hardware_profile("h100_sxm_8x"), [dep(KIMI_K2)])
+    assert "2 hosts of these (2 x 8 GPUs: TP=8 inside each host x PP=2" in plan["errors"][0]
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"per_host": {"g2": {"hardware": hardware_profile("h200_sxm_8x")}}}, ["the hosts of group big differ", "g2 has 8 x"]),
+    ({"per_host": {"g2": {"interface": None}}}, ["g2: llmfleet_private_interface=None"]),
+    ({"per_host": {"g2": {"interface": "eth0; rm"}}}, ["g2: llmfleet_private_interface="]),
+    ({"per_host": {"g2": {"address": "203.0.113.9"}}}, ["g2: llmfleet_private_address='203.0.113.9' is not a private"]),
+    ({"per_host": {"g2": {"address": "10.0.0.1"}}}, ["give the same llmfleet_private_address"]),
+    ({"per_host": {"g2": {"hardware": None}}}, ["g2 (group big) has no resolved hardware"]),
+    ({"count": 1}, ["a group of 1 host"]),
+    ({"version": "0.11.0"}, ["--nnodes and --node-rank arrived in 0.11.1"]),
+    ({"gpus": [0, 1, 2, 3]}, ["every rank of a multi-host deployment holds all GPUs"]),
+    ({"host": "g9"}, ["g9 carries this deployment (hosts=big) but is not in group big"]),
+    ({"overrides": {"tensor_parallel_size": 3}}, ["overrides.tensor_parallel_size=3 cannot be used on group big"]),
+    ({"extra_env": {"GLOO_SOCKET_IFNAME": "eth9"}}, ["extra_env sets GLOO_SOCKET_IFNAME"]),
+])
+def test_a_group_that_cannot_run_as_one_engine_is_refused_naming_the_host_and_value(change, words):
+    change = dict(change)
+    plan = group_plan(DEEPSEEK_V3, "h100_sxm_8x", **change)
+    assert plan["errors"], plan
+    for word in words:
+        assert word in plan["errors"][0], plan["errors"][0]
+    assert plan["deployments"][0]["instances"] == []
+
+
+def test_a_member_that_defines_the_deployment_differently_is_named_with_the_key():
+    hw = hardware_profile("h100_sxm_8x")
+    d = dep(DEEPSEEK_V3, hosts="big")
+    other = copy.deepcopy(d)
+    other["engine"]["version"] = "0.25.0"
+    view = {"group": "big", "members": members(d, hw, 2, g2={"deployment": other})}
+    plan = plan_host("g1", hw, [d], {"groups": {"d": view}})
+    assert "g2 defines this deployment differently from g1 (at engine.version)" in plan["errors"][0]
+
+
+def test_a_deployment_naming_a_group_the_run_did_not_hand_over_is_refused():
+    hw = hardware_profile("h100_sxm_8x")
+    plan = plan_host("g1", hw, [dep(DEEPSEEK_V3, hosts="big")])
+    assert "this run gave the planner no members of it" in plan["errors"][0]
+
+
+@pytest.mark.parametrize("bad", ["", "a b", 7, "x/y"])
+def test_hosts_must_name_an_inventory_group(bad):
+    with pytest.raises(PlanError, match=r"\.hosts="):
+        plan_host("g1", hardware_profile("h100_sxm_8x"), [dep(DEEPSEEK_V3, hosts=bad)])
+
+
+@pytest.mark.parametrize("flag", ["--nnodes", "--node-rank", "--master-addr", "--headless"])
+def test_extra_args_may_not_set_the_ranks(flag):
+    plan = None
+    try:
+        plan = group_plan(DEEPSEEK_V3, "h100_sxm_8x", extra_args=[flag, "1"] if flag != "--headless" else [flag])
+    except PlanError as exc:
+        assert flag in str(exc) and "hosts" in str(exc)
+        return
+    assert plan["errors"] and flag in plan["errors"][0]
+
+
+def test_malformed_groups_option_is_refused():
+    with pytest.raises(PlanError, match="groups"):
+        plan_host("g1", hardware_profile("h100_sxm_8x"), [dep(DEEPSEEK_V3)], {"groups": {"d": {"members": "g1,g2"}}})
+
+
+CPU_HOST = {"accelerators": [], "numa_cpus": {0: "0-1"}, "cpu_count": 2, "memory_mib": 24576}
+
+
+def test_two_cpu_hosts_run_one_pipeline_stage_each_compiled_with_a_compiler():
+    head = only(group_plan("Qwen/Qwen3-0.6B", CPU_HOST, version="0.32.0"))
+    worker = only(group_plan("Qwen/Qwen3-0.6B", CPU_HOST, host="g2", version="0.32.0"))
+    for inst in (head, worker):
+        assert inst["tensor_parallel_size"] == 1 and inst["pipeline_parallel_size"] == 2
+        assert arg(inst, "--pipeline-parallel-size") == "2" and arg(inst, "--nnodes") == "2"
+        # eager with PP > 1 fails the first request on the CPU build: compiled, with g++ to compile
+        assert "--enforce-eager" not in inst["args"] and inst["enforce_eager"] is False
+        assert "g++" in inst["os_packages"]
+        assert "NCCL_SOCKET_IFNAME" not in inst["env"]
+    assert head["env"]["VLLM_HOST_IP"] == "10.0.0.1" and worker["env"]["GLOO_SOCKET_IFNAME"] == "ens1"
+    assert "--headless" in worker["args"] and worker["port"] is None
+    # each host holds one stage: about half the weights of the whole model on one host
+    single = only(plan_host("x", CPU_HOST, [dep("Qwen/Qwen3-0.6B", "0.32.0")]))
+    assert head["memory"]["weights_gib"] < 0.75 * single["memory"]["weights_gib"]
+    assert "--enforce-eager" in single["args"]
+    plan = group_plan("Qwen/Qwen3-0.6B", CPU_HOST, version="0.32.0", overrides={"enforce_eager": True})
+    assert "overrides.enforce_eager with hosts=big" in plan["errors"][0]
+
+
+def test_a_deployment_of_one_host_plans_as_before():
+    """No `hosts`: no group fields, the loopback pins, the same command line (the plan hash of every existing instance is
+    unchanged, so nothing restarts on upgrade)."""
+    inst = plan_host("x", hardware_profile("h100_sxm_8x"), [dep("Qwen/Qwen3-8B")])["deployments"][0]["instances"][0]
+    assert "group" not in inst and "headless" not in inst
+    assert "--nnodes" not in inst["args"] and inst["env"]["VLLM_HOST_IP"] == "127.0.0.1"
+
+
+def _fleet():
+    """Both members' plans of the DeepSeek-V3 group, as the consumers read the fleet's plans (the gateway elsewhere)."""
+    return {h: group_plan(DEEPSEEK_V3, "h100_sxm_8x", host=h, options={"private_address": f"10.0.0.{h[1:]}"}) for h in ("g1", "g2")}
+
+
+def test_every_consumer_of_the_api_sees_the_head_rank_only():
+    from ansible_collections.llmfleet.serving.plugins.module_utils import _bench, _gateway, _monitoring, _reach, _rollout, _rotation, _verify
+    plans = _fleet()
+    assert plans["g1"]["errors"] == [] and plans["g2"]["errors"] == []
+    model = _gateway.gateway_model(plans, "gw")
+    servers = [s for up in model["upstreams"] for s in up["servers"]]
+    assert [s["address"] for s in servers] == ["10.0.0.1:8002"], servers
+    assert [t["instance"] for t in _verify.instance_targets(plans["g2"])] == []
+    assert [t["instance"] for t in _verify.instance_targets(plans["g1"])] == ["d-0"]
+    scraped, _warnings = _monitoring.plan_instances(plans)
+    assert [(i.host, i.name) for i in scraped] == [("g1", "d-0")]
+    assert _rotation.planned(plans) == ["g1/d-0"]
+    assert _rollout.peers(plans, "g1", "d-0") == []
+    assert _bench.client_hosts(plans) == {"d": "g1"}
+    assert _reach.chat_models(plans) == ["d"]
+    assert _gateway.edge_model(plans["g2"], ["10.0.0.9"])["servers"] == []
+
+
+def test_the_vllm_role_refuses_a_group_before_any_change_naming_the_deployment():
+    from ansible_collections.llmfleet.serving.plugins.module_utils._serving import ServingError, plan_instances
+    for plan in _fleet().values():
+        with pytest.raises(ServingError, match=r"d \(hosts=big\) runs as one engine over several hosts.*nothing is started"):
+            plan_instances(plan)

@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 GPU = ROOT / "tests" / "gpu"
 sys.path.insert(0, str(GPU))
@@ -59,3 +61,18 @@ def test_dry_run_prints_the_served_command_lines():
     assert len(serve) == 2, proc.stdout
     assert "--quantization fp8 --kv-cache-dtype fp8" in serve[0] and "--load-format dummy" in serve[0]
     assert "--quantization" not in serve[1]
+
+
+MEASURED = json.loads((ROOT / "tests" / "fixtures" / "gpu" / "h200-levers-0.26.0.json").read_text())
+
+
+@pytest.mark.parametrize("run", MEASURED["runs"], ids=lambda r: r["label"])
+def test_a_lever_run_is_todays_plan_and_its_fp8_memory_is_vllms(run):
+    """A recorded lever run ran today's command line (else re-run it: tests/gpu/README.md), and the memory model of weights
+    quantized at load (_plan.levers._fp8_profile) and of the fp8 KV cache holds vLLM's own numbers: KV tokens within 5 %,
+    weights within 1 % (session 28: 1,708,576 planned vs 1,722,048 KV tokens, 8.79 vs 8.83 GiB)."""
+    assert run["args"] == RUNS[run["label"]]["args"], "the plan changed since its H200 run: run it again"
+    planned, engine = run["planned"], run["engine_log"]
+    assert abs(planned["kv_cache_tokens"] - engine["kv_cache_tokens"]) / engine["kv_cache_tokens"] <= 0.05
+    assert abs(planned["weights_gib_per_gpu"] - engine["weights_gib"]) / engine["weights_gib"] <= 0.01
+    assert [step["concurrency"] for step in run["bench"]] == [1, 32, 128]

@@ -1,13 +1,15 @@
 # Copyright: llmfleet.serving developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""Filters over the planner: vllm_plan, vllm_plan_table, vllm_plan_groups, plan_metadata_needed, plan_metadata and
-fleet_served_names (docs in the sidecar YAML files)."""
+"""Filters over the planner: vllm_plan, vllm_plan_table, vllm_plan_groups, plan_metadata_needed, plan_metadata,
+fleet_served_names and fleet_group_problems (docs in the sidecar YAML files)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import FleetPlanError, read_fleet_plans, served_name_conflicts
+from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import (
+    FleetPlanError, group_problems, read_fleet_plans, served_name_conflicts,
+)
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import metadata_needed
 from ansible_collections.llmfleet.serving.plugins.module_utils._plan.group import group_views
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host, ports_in_force, summary_table
@@ -67,8 +69,14 @@ def fleet_served_names(hosts, hostvars, plan_dir, planned_here=None):
     return served_name_conflicts(plans)
 
 
+def fleet_group_problems(hosts, hostvars, planned_here=None):
+    """group_problems over this run's plans (a group is planned whole in one run, so no plan file is read)."""
+    here = set(planned_here or [])
+    return group_problems({h: dict(hostvars[h].get("llmfleet_plan") or {}) for h in hosts if h in here and h in hostvars})
+
+
 class FilterModule:
     def filters(self):
         return {"vllm_plan": vllm_plan, "vllm_plan_table": vllm_plan_table, "vllm_plan_groups": vllm_plan_groups,
                 "plan_metadata_needed": plan_metadata_needed,
-                "plan_metadata": plan_metadata, "fleet_served_names": fleet_served_names}
+                "plan_metadata": plan_metadata, "fleet_served_names": fleet_served_names, "fleet_group_problems": fleet_group_problems}

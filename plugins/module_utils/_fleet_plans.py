@@ -95,3 +95,61 @@ def served_name_conflicts(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
                             + "; the gateway picks among all instances of a name one way: give every deployment of the name the "
                             "same routing")
     return problems
+
+
+# the words of a rank's command line that differ from rank to rank by design (_plan.engine.launch_args): its rank, and the
+# API's address and port, which only rank 0 has
+RANK_WORDS = {"--node-rank": 1, "--host": 1, "--port": 1, "--headless": 0}
+
+
+def _shared_args(args: Sequence[Any]) -> List[str]:
+    out, skip = [], 0
+    for word in [str(a) for a in args]:
+        if skip:
+            skip -= 1
+        elif word in RANK_WORDS:
+            skip = RANK_WORDS[word]
+        else:
+            out.append(word)
+    return out
+
+
+def group_problems(plans: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """What keeps a multi-host deployment's ranks from forming one engine, over this run's plans (each member plans its own
+    rank): a host of the group without its rank (its plan has errors, or it planned the deployment differently), ranks whose
+    command lines differ beyond the rank's own words (hosts that differ in what the planner reads: links, CPU features,
+    memory), or ranks that name different members. One message per group deployment; empty when every group agrees."""
+    ranks: Dict[Tuple[str, str], Dict[str, Mapping[str, Any]]] = {}
+    for host in sorted(plans):
+        for dep in (plans[host] or {}).get("deployments") or []:
+            for inst in dep.get("instances") or []:
+                grp = inst.get("group") if isinstance(inst, Mapping) else None
+                if isinstance(grp, Mapping):
+                    ranks.setdefault((str(grp.get("name")), str(dep.get("name"))), {})[host] = inst
+    problems = []
+    for (group, name), by_host in sorted(ranks.items()):
+        first = next(iter(by_host.values()))
+        members = [str(h) for h in first["group"].get("hosts") or []]
+        missing = [h for h in members if h not in by_host]
+        if missing:
+            why = "; ".join(f"{h}: " + (" | ".join((plans.get(h) or {}).get("errors") or []) or "no rank of it in its plan")
+                            for h in missing)
+            problems.append(f"{name} (hosts={group}): {', '.join(missing)} planned no rank of it ({why}); no rank can start until "
+                            "every host of the group plans it: fix that host's plan")
+            continue
+        head = by_host[members[0]]
+        for host in members[1:]:
+            inst = by_host[host]
+            if {k: v for k, v in inst["group"].items() if k not in ("rank", "interface")} != \
+                    {k: v for k, v in head["group"].items() if k not in ("rank", "interface")}:
+                problems.append(f"{name} (hosts={group}): {host} and {members[0]} see different members or addresses of the group: "
+                                "plan the whole group in one run")
+                continue
+            a, b = _shared_args(head.get("args") or []), _shared_args(inst.get("args") or [])
+            if a != b:
+                at = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+                problems.append(f"{name} (hosts={group}): {host} plans `{' '.join(b[max(0, at - 1):at + 2])}` where {members[0]} plans "
+                                f"`{' '.join(a[max(0, at - 1):at + 2])}`: the hosts differ in what the planner reads (GPU links, CPU "
+                                "features, memory), and one engine needs the same layout and limits on every rank; put only "
+                                "identical hosts in the group")
+    return problems

@@ -73,8 +73,9 @@ FLEET_VARS: Dict[str, FleetVar] = {
                                     "model that pins no revision; plan option `model_root`; also `model_store_root`'s "
                                     "default).", default="/models"),
     "llmfleet_private_address": FleetVar("The host's private-network address: where its edge nginx listens for a gateway on "
-                                         "another host (plan option `private_address`; vLLM itself stays on loopback; a public "
-                                         "or malformed one fails the plan)."),
+                                         "another host (plan option `private_address`; vLLM's API stays on loopback; a public "
+                                         "or malformed one fails the plan). The ranks of a multi-host deployment also meet on "
+                                         "it (docs/multi-host.md)."),
     "llmfleet_private_interface": FleetVar("The network interface that holds `llmfleet_private_address` (e.g. eth0, ens1f0, "
                                            "ib0): where the ranks of a multi-host deployment meet (torch's Gloo and NCCL bind "
                                            "it). Needed on every host of a deployment's `hosts` group only."),

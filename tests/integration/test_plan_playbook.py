@@ -211,3 +211,53 @@ def test_two_models_under_one_served_name_on_two_hosts_stop_the_play_before_any_
     second = run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", str(inv), "--limit", "cpu-b",
                          extra_vars={"llmfleet_plan_dir": str(plans)}, with_inventory=False)
     assert second["stats"]["cpu-b"]["failures"] == 1 and not (plans / "cpu-b.json").exists()
+
+
+def _group_inventory(tmp_path: pathlib.Path, second_profile: str = "h100_sxm_8x") -> str:
+    """Two 8 x H100 hosts of an inventory group that serve one deployment over both (docs/multi-host.md), declared: no host
+    needs to exist to plan it."""
+    inv = tmp_path / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "hosts.yml").write_text(json.dumps({"all": {"children": {"llm_serve": {"children": {"big": {"hosts": {
+        "g1": {"llmfleet_private_address": "10.0.0.1", "llmfleet_hardware_profile": "h100_sxm_8x"},
+        "g2": {"llmfleet_private_address": "10.0.0.2", "llmfleet_hardware_profile": second_profile}}}}}},
+        "vars": {"ansible_connection": "local"}}}))
+    (inv / "group_vars" / "big.yml").write_text(json.dumps({
+        "llmfleet_private_interface": "ens1",
+        "llmfleet_deployments": [{"name": "qwen235", "model": "Qwen/Qwen3-235B-A22B", "hosts": "big",
+                                  "engine": accepting("0.26.0"), "workload": {"max_model_len": 32768, "concurrency": 16}}]}))
+    return str(inv / "hosts.yml")
+
+
+def _plan_group(inv: str, plan_dir: pathlib.Path, *extra: str) -> dict:
+    return run_ansible("ansible-playbook", "playbooks/plan.yml", "-i", inv, *extra, extra_vars={"llmfleet_plan_dir": str(plan_dir)},
+                       with_inventory=False)
+
+
+def test_a_deployment_over_an_inventory_group_plans_one_rank_on_each_host(tmp_path):
+    result = _plan_group(_group_inventory(tmp_path), tmp_path / "plans")
+    stats = result["stats"]
+    assert all(s["failures"] == 0 for s in stats.values()), stats
+    head = json.loads((tmp_path / "plans" / "g1.json").read_text())["deployments"][0]["instances"][0]
+    worker = json.loads((tmp_path / "plans" / "g2.json").read_text())["deployments"][0]["instances"][0]
+    for inst in (head, worker):
+        args = inst["args"]
+        assert (inst["tensor_parallel_size"], inst["pipeline_parallel_size"]) == (8, 2)
+        assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--master-addr") + 1] == "10.0.0.1"
+        assert inst["env"]["GLOO_SOCKET_IFNAME"] == "ens1" and inst["env"]["NCCL_SOCKET_IFNAME"] == "=ens1"
+    assert head["port"] == 8002 and head["env"]["VLLM_HOST_IP"] == "10.0.0.1" and "--headless" not in head["args"]
+    assert worker["port"] is None and worker["env"]["VLLM_HOST_IP"] == "10.0.0.2" and "--headless" in worker["args"]
+    table = task_result(result, "Show the plan", "g2")["msg"]
+    assert any(line.startswith("qwen235-0") and " r1 " in line for line in table), table
+
+
+def test_a_group_of_unlike_hosts_or_a_partial_run_writes_no_rank(tmp_path):
+    unlike = _plan_group(_group_inventory(tmp_path, "h200_sxm_8x"), tmp_path / "plans")
+    assert unlike["stats"]["g1"]["failures"] == 1 and unlike["stats"]["g2"]["failures"] == 1
+    for host in ("g1", "g2"):
+        plan = json.loads((tmp_path / "plans" / f"{host}.json").read_text())
+        assert plan["deployments"][0]["instances"] == [] and "the hosts of group big differ" in plan["errors"][0]
+    assert "g2 has 8 x NVIDIA H200" in json.dumps(unlike)
+    partial = _plan_group(_group_inventory(tmp_path / "limited"), tmp_path / "plans2", "--limit", "g1")
+    assert partial["stats"]["g1"]["failures"] == 1
+    assert "g2 (group big) was not planned in this run" in json.dumps(partial)

@@ -27,7 +27,7 @@ from .precision import choose_precision
 from .sizer import Sizer, forced_seqs, gpu_budget, stage_view
 from .sizing import CPU_DEFAULT_MAX_BATCHED, CPU_HOST_RESERVE_GIB, cpu_weights, size_cpu, size_instances
 from .stages import HostOptions, Planned
-from .topology import cpu_layout, place
+from .topology import cpu_layout, cpu_nodes, place
 
 
 def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, taken: Mapping[int, str], ports: AbstractSet[int],
@@ -65,7 +65,9 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
         if p.vendor == "cpu" and group:
             # one stage a host, each sized as its own layers and their KV cache (Sizer.stage_view)
             precision = cpu_group(m, req, precision, group, ctx)
-            cpu = size_cpu(stage_view(m, group.nnodes), req, hw, host, precision.dtype, ctx)
+            # the rank is bound to one NUMA node (topology.cpu_binding): sized in that node's share of the host's memory
+            cpu = size_cpu(stage_view(m, group.nnodes), req, dict(hw, memory_mib=int(hw["memory_mib"]) // max(1, len(cpu_nodes(hw)))),
+                           host, precision.dtype, ctx)
             feats = choose_features(m, req, p, precision, cpu.seqs, CPU_DEFAULT_MAX_BATCHED, cpu.kv_dtype, hf_overrides, ctx,
                                     runner, pooling is not None)
             out["instances"] = cpu_instances(d, req, m, build, precision, cpu, None, feats, serving, hw, opts, ports, ctx, fields,
@@ -129,7 +131,17 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
         taken.update({g: deps[i]["name"] for g in one.gpus})
         ports.update(one.ports)
     in_force = dict(opts.ports_in_force or {})
-    book = _stable_ports([(deps[i], results[i]) for i in order], opts, in_force)
+    # the port the ranks of a multi-host deployment meet at listens on its head (rank 0) beside the instances
+    rendezvous: Dict[int, Tuple[str, str]] = {}
+    for i in order:
+        for inst in results[i]["instances"]:
+            grp = inst.get("group")
+            if grp and grp["rank"] == 0:
+                if grp["master_port"] in rendezvous:
+                    errors.append(f"{deps[i]['name']}: its ranks would meet at {grp['master_port']} on {host}, where "
+                                  f"{rendezvous[grp['master_port']][0]} meets already: give one of the groups another first host")
+                rendezvous[grp["master_port"]] = (f"the rendezvous of {deps[i]['name']} (hosts={grp['name']})", "hosts")
+    book = _stable_ports([(deps[i], results[i]) for i in order], opts, in_force, rendezvous)
     errors += book.errors
     warnings += book.warnings
     planned = [results[i] for i in range(len(deps))]
@@ -141,11 +153,13 @@ def plan_host(host: str, hardware: Any, deployments: Any, options: Optional[Mapp
             "ports": in_force if errors else {i["name"]: i["port"] for dep in planned for i in dep["instances"] if i["port"] is not None}}
 
 
-def _stable_ports(planned: List[Tuple[Mapping[str, Any], Dict[str, Any]]], opts: HostOptions, in_force: Mapping[str, int]) -> Ports:
-    """Stage 11 over the host (ports.assign_ports): every instance moved to its port, in plan order, with the reason."""
+def _stable_ports(planned: List[Tuple[Mapping[str, Any], Dict[str, Any]]], opts: HostOptions, in_force: Mapping[str, int],
+                  rendezvous: Optional[Mapping[int, Tuple[str, str]]] = None) -> Ports:
+    """Stage 11 over the host (ports.assign_ports): every instance moved to its port, in plan order, with the reason; the
+    host's other listeners (host_ports) and a multi-host deployment's rendezvous on its head are not given out."""
     # a --headless rank of a multi-host deployment serves no API: it takes no port
     asks = [PortAsk(d["name"], tuple(i["name"] for i in dep["instances"] if not i.get("headless")), d.get("port")) for d, dep in planned]
-    book = assign_ports(asks, opts.base_port, in_force, opts.host_ports or {}, opts.edge_address)
+    book = assign_ports(asks, opts.base_port, in_force, {**(opts.host_ports or {}), **(rendezvous or {})}, opts.edge_address)
     for d, dep in planned:
         for inst in dep["instances"]:
             if inst["name"] in book.ports:

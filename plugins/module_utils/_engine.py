@@ -104,6 +104,9 @@ FLAG_SINCE: Dict[str, Version] = {
 # Flags that change an instance's layout (how many GPUs it spans, what each holds) which the planner does not plan yet:
 # refused in extra_args, where they would undo the plan's sizing (vLLM docs "Data Parallel Deployment")
 UNPLANNED_LAYOUT_FLAGS = ("--data-parallel-size", "--data-parallel-size-local", "--decode-context-parallel-size")
+# The executor a multi-host deployment's ranks do not take: they run the multiprocessing executor over --nnodes, whose
+# flags Ray's executor reads none of (vllm config/parallel.py: nnodes > 1 allows mp, uni or external_launcher only)
+GROUP_REFUSED_FLAGS = ("--distributed-executor-backend",)
 # Last version that accepts it.
 FLAG_UNTIL: Dict[str, Version] = {
     "--enable-reasoning": (0, 9, 2),                # present 0.9.2, absent 0.10.0

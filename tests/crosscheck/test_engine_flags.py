@@ -177,6 +177,25 @@ EXTRA += [
 ]
 
 
+# a deployment over two hosts (`hosts`, docs/multi-host.md): both ranks' command lines, so that --nnodes, --node-rank,
+# --master-addr, --master-port and rank 1's --headless are read against the engine too
+GROUP = ("h100_sxm_8x", {"name": "group", "model": "Qwen/Qwen3-32B", "hosts": "pair", "workload": {"max_model_len": 8192}})
+
+
+def group_ranks(version: str) -> List[Tuple[str, List[str]]]:
+    profile, dep = GROUP
+    hw = hardware_profile(profile)
+    d = dict(dep, engine={"version": version})
+    view = {"group": "pair", "members": [{"host": f"pair-{k}", "address": f"10.0.0.{k + 1}", "interface": "eth0", "hardware": hw,
+                                          "deployment": d} for k in range(2)]}
+    out = []
+    for k in range(2):
+        plan = plan_host(f"pair-{k}", hw, [d], {"groups": {"group": view}})
+        assert plan["errors"] == [], plan["errors"]
+        out += [(f"group/pair-{k}/{inst['name']}", inst["args"]) for inst in plan["deployments"][0]["instances"]]
+    return out
+
+
 def planned(version: str) -> List[Tuple[str, List[str]]]:
     """(label, args) of every instance planned for `version`: each reference inventory with its
     engine version replaced, this machine (CPU), and EXTRA."""
@@ -201,7 +220,7 @@ def planned(version: str) -> List[Tuple[str, List[str]]]:
         plan = plan_host(host, hw, deps)
         for dep in plan["deployments"]:
             out += [(f"{label}/{inst['name']}", inst["args"]) for inst in dep["instances"]]
-    return out
+    return out + group_ranks(version)
 
 
 def emitted(args: List[str]) -> List[Tuple[str, Optional[str]]]:

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .._engine import Version, vstr
+from .._engine import GROUP_REFUSED_FLAGS, Version, vstr
 from .._host_needs import PRIVATE_NETWORKS
 from .._models import ModelProfile
 from .base import Ctx, PlanError, Refusal, gib
@@ -152,9 +152,10 @@ def read_group(d: Mapping[str, Any], req: Request, host: str, hw: Mapping[str, A
     if len(hosts) < 2:
         raise Refusal(f"{name}: hosts={group} names a group of {len(hosts)} host: a multi-host deployment needs two or more "
                       "(remove `hosts` to plan it on one host)")
-    if any(str(a).split("=", 1)[0] == "--distributed-executor-backend" for a in d.get("extra_args") or []):
-        raise Refusal(f"{name}: extra_args --distributed-executor-backend with hosts={group}: the ranks run vLLM's multiprocessing "
-                      "executor over --nnodes (Ray takes none of those flags); remove it")
+    refused = sorted({str(a).split("=", 1)[0] for a in d.get("extra_args") or []} & set(GROUP_REFUSED_FLAGS))
+    if refused:
+        raise Refusal(f"{name}: extra_args {', '.join(refused)} with hosts={group}: the ranks run vLLM's multiprocessing executor "
+                      "over --nnodes (Ray takes none of those flags); remove it")
     if "instances" in req.overrides:
         raise Refusal(f"{name}: overrides.instances with hosts={group}: a deployment over several hosts is one engine; remove "
                       "overrides.instances (or remove `hosts` for instances per host)")

@@ -67,6 +67,19 @@ class NeedsError(ValueError):
     """An inventory value the plan cannot use; the message names it and says what would work."""
 
 
+NOT_AN_ADDRESS = "not an IP address"
+
+
+def private_problem(text: str) -> Optional[str]:
+    """None for an address of a private network (PRIVATE_NETWORKS), else why not: NOT_AN_ADDRESS, or "not a private
+    address". The one check of llmfleet_private_address, for the edge (edge_address) and a multi-host group's ranks."""
+    try:
+        addr = ipaddress.ip_address(str(text).strip())
+    except ValueError:
+        return NOT_AN_ADDRESS
+    return None if any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version) else "not a private address"
+
+
 def edge_address(gateway_on_host: bool, private_address: Optional[str], host: str) -> Tuple[Optional[str], str]:
     """(edge address, why the engine listens where it does). The engine always listens on loopback (LOOPBACK, the plan's
     bind_address): vLLM's --api-key leaves /invocations, /tokenize, /metrics and more open (docs/sources.md#vllm-api-surface),
@@ -81,12 +94,11 @@ def edge_address(gateway_on_host: bool, private_address: Optional[str], host: st
                       "is reachable from this host alone (set llmfleet_private_address to the address the "
                       "gateway reaches this host on)")
     text = str(private_address).strip()
-    try:
-        addr = ipaddress.ip_address(text)
-    except ValueError as exc:
+    problem = private_problem(text)
+    if problem == NOT_AN_ADDRESS:
         raise NeedsError(f"{host}: llmfleet_private_address={text!r} is not an IP address; give the host's address on "
-                         "the private network its gateway reaches it on (e.g. 10.0.0.12)") from exc
-    if not any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version):
+                         "the private network its gateway reaches it on (e.g. 10.0.0.12)")
+    if problem:
         raise NeedsError(f"{host}: llmfleet_private_address={text!r} is not a private address: the edge would answer "
                          "anyone who can reach it; give the host's private-network address, or put the gateway on this host")
     return text, (f"the gateway runs on another host: the engine listens on loopback, and this host's edge nginx, "

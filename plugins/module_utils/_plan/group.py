@@ -11,13 +11,12 @@ and deployment of every member), so the ranks agree without talking to each othe
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .._engine import GROUP_REFUSED_FLAGS, Version, vstr
-from .._host_needs import PRIVATE_NETWORKS
+from .._host_needs import NOT_AN_ADDRESS, private_problem
 from .._models import ModelProfile
 from .base import Ctx, PlanError, Refusal, gib
 from .hints import MAX_HOSTS, hosts_hint, hosts_needed
@@ -100,12 +99,11 @@ def check_groups(value: Any, host: str) -> Dict[str, Dict[str, Any]]:
 
 def _private(address: Any, host: str, group: str) -> str:
     text = str(address or "").strip()
-    try:
-        addr = ipaddress.ip_address(text)
-    except ValueError as exc:
+    problem = private_problem(text)
+    if problem == NOT_AN_ADDRESS:
         raise Refusal(f"{host}: llmfleet_private_address={address!r} is not an IP address; every host of group {group} needs the "
-                      "address its ranks reach each other on (a private network, e.g. 10.0.0.12)") from exc
-    if not any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version):
+                      "address its ranks reach each other on (a private network, e.g. 10.0.0.12)")
+    if problem:
         raise Refusal(f"{host}: llmfleet_private_address={text!r} is not a private address: the ranks of group {group} exchange "
                       "unauthenticated traffic on it; give the host's private-network address")
     return text

@@ -11,8 +11,8 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine import im
 from ansible_collections.llmfleet.serving.plugins.module_utils._engine_keys import EngineKeyError, config_text
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import ENGINE_DEFAULTS
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
-    NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, engine_keys, env_file, instance_env, plan_instances, stale_names,
-    systemd_unit, unit_name)
+    NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, engine_keys, env_file, group_ranks, headless, instance_env,
+    plan_instances, rank_states, stale_names, systemd_unit, unit_name)
 
 # The role's settings: the engine defaults of the collection (_fleet_vars.ENGINE_DEFAULTS), the extra environment and
 # the name of the plan's variable (for the messages).
@@ -24,58 +24,99 @@ def keys_path(state_dir, name):
     return f"{state_dir}/{name}.api_keys.yaml"
 
 
-def vllm_instances(plan, api_key, settings=None):
+def _settings(settings):
     opts = dict(DEFAULTS)
     unknown = sorted(set(settings or {}) - set(DEFAULTS))
     if unknown:
         raise AnsibleFilterError(f"vllm_instances: unknown settings {unknown}; known: {sorted(DEFAULTS)}")
     opts.update(settings or {})
+    return opts
+
+
+def _item(inst, api_key, opts):
+    """One plan_instances entry in the terms of its runtime: its container, or its unit and environment file."""
+    runtime = choose_runtime(inst, opts["runtime"])
+    name = unit_name(inst)
+    host, port = bind_of(inst)
+    cache_dir = f"{opts['state_dir']}/{inst['name']}"
+    # a headless rank of a group serves no API: it holds no key (its head, rank 0, checks them)
+    keys = [] if headless(inst) else engine_keys(inst, api_key)
+    keys_file = keys_path(opts["state_dir"], inst["name"])
+    item = {"name": inst["name"], "unit": name, "runtime": runtime, "deployment": inst["deployment"],
+            "engine_version": inst["engine_version"], "served_model_name": inst.get("served_model_name"),
+            # a headless rank's gate is its head's (the vllm role's group path)
+            "url": None if port is None else f"http://{host}:{port}", "port": port,
+            "group": dict(inst["group"]) if inst.get("group") else None, "headless": headless(inst),
+            "startup_budget_s": int(inst.get("startup_budget_s") or 600), "cache_dir": cache_dir,
+            "model_dir": inst["model_dir"], "os_packages": list(inst["os_packages"]),
+            "patches": list(inst.get("patches") or []),
+            "stop_timeout_s": int(inst["stop_timeout_s"]), "drain_timeout_s": int(inst["drain_timeout_s"]),
+            # a plan of an older planner has no shutdown grace: its engine aborts on SIGTERM
+            "shutdown_timeout_s": int(inst.get("shutdown_timeout_s") or 0),
+            "plan_hash": inst.get("plan_hash"), "plan": inst,
+            # the --config file of a rotation's two keys (0640; the engine's group reads it), empty with one key
+            "keys_path": keys_file, "keys_text": config_text(keys) if len(keys) > 1 else "",
+            "keys_group": "root" if runtime == "docker" else str(opts["user"])}
+    if item["group"] and runtime != "systemd":
+        raise ServingError(f"{inst['name']}: a rank of group {inst['group'].get('name')} runs as a systemd unit (the {runtime} "
+                           "runtime does not start groups in this release): set vllm_runtime: systemd for the group's hosts")
+    if runtime == "docker":
+        item["docker"] = docker_spec(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], api_key=keys, keys_file=keys_file,
+                                     shm_size=opts["shm_size"], ipc_host=opts["ipc_host"],
+                                     restart_policy=opts["restart_policy"], entrypoint=opts["entrypoint"],
+                                     extra_env=opts["extra_env"])
+    else:
+        venv = f"{opts['venv_root']}/{inst['engine_version']}"
+        env_path = f"{opts['env_dir']}/{inst['name']}.env"
+        env = instance_env(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], extra=opts["extra_env"])
+        if len(keys) == 1:
+            env["VLLM_API_KEY"] = keys[0]
+        item.update({"venv": venv, "package": inst["package"], "env_path": env_path, "env_text": env_file(env),
+                     # what a change keeps (.previous) and a restore puts back
+                     "files": [env_path, f"/etc/systemd/system/{name}.service"],
+                     "unit_text": systemd_unit(inst, python=f"{venv}/bin/python", env_path=env_path, cache_dir=cache_dir,
+                                               user=opts["user"], keys_file=keys_file if len(keys) > 1 else None)})
+    return item
+
+
+def _filter_errors(name, opts, call):
     try:
-        out = []
-        for inst in plan_instances(plan, str(opts["plan_source"])):
-            runtime = choose_runtime(inst, opts["runtime"])
-            name = unit_name(inst)
-            host, port = bind_of(inst)
-            cache_dir = f"{opts['state_dir']}/{inst['name']}"
-            keys = engine_keys(inst, api_key)
-            keys_file = keys_path(opts["state_dir"], inst["name"])
-            item = {"name": inst["name"], "unit": name, "runtime": runtime, "deployment": inst["deployment"],
-                    "engine_version": inst["engine_version"], "served_model_name": inst.get("served_model_name"),
-                    "url": f"http://{host}:{port}", "port": port,
-                    "startup_budget_s": int(inst.get("startup_budget_s") or 600), "cache_dir": cache_dir,
-                    "model_dir": inst["model_dir"], "os_packages": list(inst["os_packages"]),
-                    "patches": list(inst.get("patches") or []),
-                    "stop_timeout_s": int(inst["stop_timeout_s"]), "drain_timeout_s": int(inst["drain_timeout_s"]),
-                    # a plan of an older planner has no shutdown grace: its engine aborts on SIGTERM
-                    "shutdown_timeout_s": int(inst.get("shutdown_timeout_s") or 0),
-                    "plan_hash": inst.get("plan_hash"), "plan": inst,
-                    # the --config file of a rotation's two keys (0640; the engine's group reads it), empty with one key
-                    "keys_path": keys_file, "keys_text": config_text(keys) if len(keys) > 1 else "",
-                    "keys_group": "root" if runtime == "docker" else str(opts["user"])}
-            if runtime == "docker":
-                item["docker"] = docker_spec(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], api_key=keys, keys_file=keys_file,
-                                             shm_size=opts["shm_size"], ipc_host=opts["ipc_host"],
-                                             restart_policy=opts["restart_policy"], entrypoint=opts["entrypoint"],
-                                             extra_env=opts["extra_env"])
-            else:
-                venv = f"{opts['venv_root']}/{inst['engine_version']}"
-                env_path = f"{opts['env_dir']}/{inst['name']}.env"
-                env = instance_env(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], extra=opts["extra_env"])
-                if len(keys) == 1:
-                    env["VLLM_API_KEY"] = keys[0]
-                item.update({"venv": venv, "package": inst["package"], "env_path": env_path, "env_text": env_file(env),
-                             "unit_text": systemd_unit(inst, python=f"{venv}/bin/python", env_path=env_path, cache_dir=cache_dir,
-                                                       user=opts["user"], keys_file=keys_file if len(keys) > 1 else None)})
-            out.append(item)
-        return out
+        return call()
     except (ServingError, EngineKeyError) as exc:
-        raise AnsibleFilterError(f"vllm_instances: {exc}") from exc
+        raise AnsibleFilterError(f"{name}: {exc}") from exc
     except KeyError as exc:
-        raise AnsibleFilterError(f"vllm_instances: {opts['plan_source']} lacks the field {exc}: the plan was written by an older "
+        raise AnsibleFilterError(f"{name}: {opts['plan_source']} lacks the field {exc}: the plan was written by an older "
                                  "planner or edited by hand; run playbooks/plan.yml again") from exc
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"vllm_instances: {opts['plan_source']} holds a value of the wrong kind ({exc}); "
+        raise AnsibleFilterError(f"{name}: {opts['plan_source']} holds a value of the wrong kind ({exc}); "
                                  "run playbooks/plan.yml again") from exc
+
+
+def vllm_instances(plan, api_key, settings=None):
+    opts = _settings(settings)
+    return _filter_errors("vllm_instances", opts,
+                          lambda: [_item(inst, api_key, opts) for inst in plan_instances(plan, str(opts["plan_source"]))])
+
+
+def vllm_group_ranks(plans, head, api_key, settings=None):
+    """The other ranks of the group that `head` (a vllm_instances entry, rank 0) leads, each a vllm_instances entry of its
+    own host's plan (`plans`: {host: plan}, gateway_plans) with `host` added, in rank order."""
+    opts = _settings(settings)
+    if not isinstance(head, dict) or not isinstance(head.get("plan"), dict):
+        raise AnsibleFilterError(f"vllm_group_ranks: {head!r:.120} is not an entry of the vllm_instances filter; fix the caller "
+                                 "to pass the head's entry of that filter")
+    return _filter_errors("vllm_group_ranks", opts,
+                          lambda: [dict(_item(inst, api_key, opts), host=host)
+                                   for host, inst in group_ranks(head["plan"], dict(plans or {}), "the plan files")])
+
+
+def vllm_rank_states(results):
+    """{running, stopped, down: [host]} of a group's other ranks, from a loop of `systemctl show` over them."""
+    try:
+        return rank_states(list(results or []))
+    except (AttributeError, TypeError) as exc:
+        raise AnsibleFilterError(f"vllm_rank_states: expects the results of a loop over vllm_group_ranks entries ({exc}); fix the "
+                                 "caller to pass that loop's registered results") from exc
 
 
 def vllm_stale(present, instances):
@@ -114,4 +155,4 @@ def image_pinned(image):
 class FilterModule:
     def filters(self):
         return {"vllm_instances": vllm_instances, "vllm_engines": vllm_engines, "vllm_stale": vllm_stale,
-                "image_pinned": image_pinned}
+                "vllm_group_ranks": vllm_group_ranks, "vllm_rank_states": vllm_rank_states, "image_pinned": image_pinned}

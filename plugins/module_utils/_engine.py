@@ -106,7 +106,12 @@ FLAG_SINCE: Dict[str, Version] = {
 UNPLANNED_LAYOUT_FLAGS = ("--data-parallel-size", "--data-parallel-size-local", "--decode-context-parallel-size")
 # The executor a multi-host deployment's ranks do not take: they run the multiprocessing executor over --nnodes, whose
 # flags Ray's executor reads none of (vllm config/parallel.py: nnodes > 1 allows mp, uni or external_launcher only)
-GROUP_REFUSED_FLAGS = ("--distributed-executor-backend",)
+GROUP_REFUSED_FLAGS: Dict[str, str] = {
+    # vLLM refuses --nnodes with any backend but mp/uni/external_launcher (config/parallel.py ParallelConfig); the ranks run mp
+    "--distributed-executor-backend": "the ranks run vLLM's multiprocessing executor over --nnodes, which Ray does not take",
+    # `vllm serve --headless` raises "api_server_count can't be set in headless mode" (entrypoints/cli/serve.py run_headless)
+    "--api-server-count": "every rank but the head runs --headless, which vLLM refuses with several API servers",
+}
 # Last version that accepts it.
 FLAG_UNTIL: Dict[str, Version] = {
     "--enable-reasoning": (0, 9, 2),                # present 0.9.2, absent 0.10.0

@@ -89,6 +89,12 @@ def runtime_args(instance: Mapping[str, Any], runtime: str) -> List[str]:
     hosts = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--host"]
     hosts += [a.split("=", 1)[1] for a in args if a.startswith("--host=")]
     want = str(instance["bind_address"])
+    if headless(instance):
+        # a group's worker rank (--headless) serves no API: it listens on no --host, only where its group meets
+        if hosts or "--headless" not in args:
+            raise ServingError(f"{instance['name']}: a headless rank of group {instance['group'].get('name')} runs with --headless and "
+                               "no --host: the plan was written by an older planner or edited by hand; run playbooks/plan.yml again")
+        return args
     if hosts != [want]:
         where = "in a container that shares the host's network" if runtime == "docker" else "in the host's own network"
         raise ServingError(f"{instance['name']}: the plan's --host is {', '.join(hosts) or 'missing'}, but the {runtime} runtime "
@@ -138,9 +144,25 @@ def key_args(keys: Sequence[str], keys_file: Optional[str]) -> List[str]:
     return ["--config", keys_file]
 
 
-def bind_of(instance: Mapping[str, Any]) -> Tuple[str, int]:
-    """Address and port the plan binds the instance to."""
-    return str(instance["bind_address"]), int(instance["port"])
+def headless(instance: Mapping[str, Any]) -> bool:
+    """A rank of a multi-host deployment that runs workers only (`--headless`): no API, no port, no edge."""
+    return bool(instance.get("group")) and bool(instance.get("headless"))
+
+
+def bind_of(instance: Mapping[str, Any]) -> Tuple[str, Optional[int]]:
+    """Address and port the plan binds the instance to (no port: a headless rank)."""
+    return str(instance["bind_address"]), (None if headless(instance) else int(instance["port"]))
+
+
+def describe(instance: Mapping[str, Any]) -> str:
+    """The unit's Description: the instance and its port, or its rank in its group."""
+    model = instance.get("served_model_name", "")
+    group = instance.get("group")
+    if group:
+        where = (f"rank {group.get('rank')} of {group.get('nnodes')} (group {group.get('name')}, head {group.get('head')})"
+                 + ("" if headless(instance) else f", API on port {bind_of(instance)[1]}"))
+        return f"vLLM instance {instance['name']} ({model}) {where}"
+    return f"vLLM instance {instance['name']} ({model}) on port {bind_of(instance)[1]}"
 
 
 def stop_timeout(instance: Mapping[str, Any]) -> int:
@@ -284,7 +306,7 @@ def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cac
         return render(Unit(
             comments=("Managed by llmfleet.serving (role vllm): edits are overwritten.",
                       f"plan hash {plan_hash or instance.get('plan_hash', '')}"),
-            description=f"vLLM instance {instance['name']} ({instance.get('served_model_name', '')}) on port {bind_of(instance)[1]}",
+            description=describe(instance),
             unit=(("After", "network-online.target"), ("Wants", "network-online.target")),
             service=(("Type", "simple"), ("User", user), ("Group", user), ("EnvironmentFile", env_path), ("WorkingDirectory", cache_dir)),
             exec_start=[python, "-m", "vllm.entrypoints.cli.main", "serve", *runtime_args(instance, "systemd"),
@@ -366,14 +388,6 @@ def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> Li
         raise ServingError(f"{source} is not a plan: run playbooks/plan.yml (site.yml does) so the host has llmfleet_plan")
     if plan.get("errors"):
         raise ServingError(f"{plan.get('host')}: the plan has errors, nothing is started: " + " | ".join(plan["errors"]))
-    ranked = [f"{dep.get('name')} (hosts={(inst.get('group') or {}).get('name')})" for dep in plan["deployments"]
-              for inst in dep.get("instances") or [] if isinstance(inst, Mapping) and inst.get("group")]
-    if ranked:
-        # the planner plans them (docs/multi-host.md); starting, gating and rolling a group of ranks as one unit is not built
-        raise ServingError(f"{plan.get('host')}: {', '.join(ranked)} runs as one engine over several hosts; this release plans "
-                           "multi-host deployments (playbooks/plan.yml: layout, memory per rank, each rank's command line) but "
-                           "does not start them: nothing is started. Remove `hosts` to serve the model per host, or start the "
-                           "ranks from the plan files by hand (docs/multi-host.md)")
     out = []
     for dep in plan["deployments"]:
         for n, inst in enumerate(dep.get("instances") or []):
@@ -393,6 +407,64 @@ def plan_instances(plan: Mapping[str, Any], source: str = "llmfleet_plan") -> Li
     return out
 
 
-__all__ = ["ServingError", "unit_name", "choose_runtime", "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout",
+def group_ranks(head: Mapping[str, Any], plans: Mapping[str, Any], source: str = "the plans") -> List[Tuple[str, Dict[str, Any]]]:
+    """The other ranks of the group whose head (rank 0) is `head` (a plan_instances entry): (host, its plan_instances entry)
+    in rank order, read from each member's own plan (`plans`: {host: plan}). The head starts, gates and stops them all
+    together, so the members' plans must agree with it: the same deployment, group, engine version and plan of the group
+    (playbooks/plan.yml refuses a group whose ranks disagree; a plan file written since is refused here)."""
+    group = head.get("group") or {}
+    hosts = list(group.get("hosts") or [])
+    if not group or headless(head) or group.get("rank") != 0 or not hosts or hosts[0] != group.get("head"):
+        raise ServingError(f"{head.get('name')}: not the head (rank 0) of a group in its plan: run playbooks/plan.yml again")
+    out = []
+    for rank, host in enumerate(hosts[1:], start=1):
+        plan = plans.get(host)
+        if not isinstance(plan, Mapping):
+            raise ServingError(f"{head['name']}: {host}, rank {rank} of group {group['name']}, has no plan in {source}: run "
+                               f"playbooks/plan.yml for every host of the group (it plans them together)")
+        mine = [i for i in plan_instances(plan, f"{source} ({host})")
+                if i.get("deployment") == head.get("deployment") and (i.get("group") or {}).get("name") == group["name"]]
+        if len(mine) != 1:
+            raise ServingError(f"{head['name']}: {host}'s plan has {'no' if not mine else len(mine)} rank of {head.get('deployment')} "
+                               f"(group {group['name']}): run playbooks/plan.yml for every host of the group")
+        inst = mine[0]
+        theirs = inst["group"]
+        problem = next((f"{key} {theirs.get(key)!r} where the head's plan has {group.get(key)!r}"
+                        for key in ("hosts", "head", "master_addr", "master_port", "nnodes") if theirs.get(key) != group.get(key)), None)
+        if problem is None and theirs.get("rank") != rank:
+            problem = f"rank {theirs.get('rank')!r} where it is host {rank} of the group"
+        if problem is None and not headless(inst):
+            problem = "a rank that serves the API (only rank 0 does)"
+        if problem is None and inst.get("engine_version") != head.get("engine_version"):
+            problem = f"vLLM {inst.get('engine_version')} where the head runs {head.get('engine_version')} (one engine, one version)"
+        if problem is None and inst.get("name") != head.get("name"):
+            problem = f"the instance name {inst.get('name')!r} where the head's is {head.get('name')!r}"
+        if problem:
+            raise ServingError(f"{head['name']}: {host}'s plan disagrees with the head's on group {group['name']}: {problem}; "
+                               "run playbooks/plan.yml for every host of the group, so that all their plans are written together")
+        out.append((host, inst))
+    return out
+
+
+def rank_states(results: Sequence[Mapping[str, Any]]) -> Dict[str, List[str]]:
+    """The group's other ranks as `systemctl show --property=ActiveState --property=UnitFileState --property=NRestarts`
+    saw them (the results of a loop over vllm_group_ranks entries): the hosts whose rank runs, whose rank does not run,
+    and whose rank needs the group restarted - not both running and enabled, or restarted by systemd on its own since the
+    group started it (NRestarts above 0: a rank that restarted alone cannot rejoin a running engine; a start or restart
+    by a job, as the role's, sets the count back to 0)."""
+    out: Dict[str, List[str]] = {"running": [], "stopped": [], "down": []}
+    for result in results or []:
+        item = result.get("item") or {}
+        host = str(item.get("host"))
+        lines = [str(x) for x in result.get("stdout_lines") or []]
+        active, enabled = "ActiveState=active" in lines, "UnitFileState=enabled" in lines
+        restarts = next((x.split("=", 1)[1] for x in lines if x.startswith("NRestarts=")), "0")
+        out["running" if active else "stopped"].append(host)
+        if not (active and enabled) or restarts not in ("0", "", "[not set]"):
+            out["down"].append(host)
+    return out
+
+
+__all__ = ["ServingError", "unit_name", "headless", "describe", "group_ranks", "rank_states", "choose_runtime", "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout",
            "cache_env", "instance_env", "docker_spec", "env_file", "systemd_unit", "stale_names", "diagnose",
            "plan_instances"]

@@ -152,8 +152,8 @@ def read_group(d: Mapping[str, Any], req: Request, host: str, hw: Mapping[str, A
                       "(remove `hosts` to plan it on one host)")
     refused = sorted({str(a).split("=", 1)[0] for a in d.get("extra_args") or []} & set(GROUP_REFUSED_FLAGS))
     if refused:
-        raise Refusal(f"{name}: extra_args {', '.join(refused)} with hosts={group}: the ranks run vLLM's multiprocessing executor "
-                      "over --nnodes (Ray takes none of those flags); remove it")
+        raise Refusal(f"{name}: extra_args {', '.join(refused)} with hosts={group}: "
+                      + "; ".join(f"{flag}: {GROUP_REFUSED_FLAGS[flag]}" for flag in refused) + "; remove it")
     if "instances" in req.overrides:
         raise Refusal(f"{name}: overrides.instances with hosts={group}: a deployment over several hosts is one engine; remove "
                       "overrides.instances (or remove `hosts` for instances per host)")

@@ -7,6 +7,7 @@ model cards (tests/fixtures/models, each naming its source)."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -152,7 +153,8 @@ def test_a_model_too_big_for_one_host_of_another_type_on_a_pipeline_class_gets_t
     ({"per_host": {"g2": {"hardware": {"accelerators": [], "cpu_count": 8, "memory_mib": 65536}}}},
      ["g1 has 8 x NVIDIA H100 80GB HBM3 (81559 MiB), g2 has no GPU"]),
     ({"overrides": {"instances": 2}}, ["overrides.instances with hosts=big"]),
-    ({"extra_args": ["--distributed-executor-backend", "ray"]}, ["--distributed-executor-backend with hosts=big"]),
+    ({"extra_args": ["--distributed-executor-backend", "ray"]}, ["--distributed-executor-backend with hosts=big", "which Ray does not take"]),
+    ({"extra_args": ["--api-server-count=2"]}, ["extra_args --api-server-count with hosts=big", "runs --headless", "remove it"]),
     ({"overrides": {"tensor_parallel_size": 3}}, ["overrides.tensor_parallel_size=3 cannot be used on group big"]),
     ({"extra_env": {"GLOO_SOCKET_IFNAME": "eth9"}}, ["extra_env sets GLOO_SOCKET_IFNAME"]),
 ])
@@ -252,11 +254,70 @@ def test_every_consumer_of_the_api_sees_the_head_rank_only():
     assert _gateway.edge_model(plans["g2"], ["10.0.0.9"])["servers"] == []
 
 
-def test_the_vllm_role_refuses_a_group_before_any_change_naming_the_deployment():
-    from ansible_collections.llmfleet.serving.plugins.module_utils._serving import ServingError, plan_instances
-    for plan in _fleet().values():
-        with pytest.raises(ServingError, match=r"d \(hosts=big\) runs as one engine over several hosts.*nothing is started"):
-            plan_instances(plan)
+KEY = "k" * 48
+
+
+def _cpu_fleet(**extra):
+    """Both members' plans of a two-host CPU group (the lab's case: pipeline stages over the two, vLLM 0.32.0)."""
+    return _fleet_of("Qwen/Qwen3-0.6B", {"g1": CPU_HOST, "g2": CPU_HOST}, "0.32.0", **extra)
+
+
+def test_the_vllm_role_renders_the_head_with_its_api_and_the_other_ranks_headless_without_a_key():
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_group_ranks, vllm_instances
+    plans = _cpu_fleet()
+    (head,) = vllm_instances(plans["g1"], KEY, {"runtime": "systemd"})
+    (rank1,) = vllm_instances(plans["g2"], KEY, {"runtime": "systemd"})
+    assert head["url"].startswith("http://127.0.0.1:") and not head["headless"] and head["group"]["rank"] == 0
+    assert f'VLLM_API_KEY="{KEY}"' in head["env_text"] and "--node-rank 0" in head["unit_text"]
+    assert rank1["url"] is None and rank1["port"] is None and rank1["headless"]
+    assert "VLLM_API_KEY" not in rank1["env_text"] and KEY not in rank1["unit_text"], "a headless rank holds no key"
+    assert "--headless" in rank1["unit_text"] and "--port" not in rank1["unit_text"] and "--host " not in rank1["unit_text"]
+    assert "rank 1 of 2 (group big, head g1)" in rank1["unit_text"]
+    assert rank1["files"] == ["/etc/llmfleet/vllm/d-0.env", "/etc/systemd/system/llmfleet-vllm-d-0.service"]
+    # the head starts the other ranks from their own hosts' plans
+    (theirs,) = vllm_group_ranks({"g2": plans["g2"]}, head, KEY, {"runtime": "systemd"})
+    assert theirs["host"] == "g2" and theirs["unit_text"] == rank1["unit_text"] and theirs["env_text"] == rank1["env_text"]
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda inst: inst["group"].update(rank=0), "g2's plan disagrees with the head's on group big: rank 0 where it is host 1"),
+    (lambda inst: inst["group"].update(master_addr="10.0.0.9"), "master_addr '10.0.0.9' where the head's plan has '10.0.0.1'"),
+    (lambda inst: inst.update(headless=False), "a rank that serves the API (only rank 0 does)"),
+])
+def test_a_rank_whose_plan_disagrees_with_the_heads_is_refused_naming_the_host_and_value(edit, words):
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_group_ranks, vllm_instances
+    plans = _cpu_fleet()
+    (head,) = vllm_instances(plans["g1"], KEY, {"runtime": "systemd"})
+    other = copy.deepcopy(plans["g2"])
+    edit(other["deployments"][0]["instances"][0])
+    with pytest.raises(AnsibleFilterError, match=re.escape(words)):
+        vllm_group_ranks({"g2": other}, head, KEY, {"runtime": "systemd"})
+    other = copy.deepcopy(plans["g2"])
+    other["deployments"][0]["engine_version"] = "0.31.0"
+    with pytest.raises(AnsibleFilterError, match=r"vLLM 0.31.0 where the head runs 0.32.0 \(one engine, one version\)"):
+        vllm_group_ranks({"g2": other}, head, KEY, {"runtime": "systemd"})
+    with pytest.raises(AnsibleFilterError, match=r"g2, rank 1 of group big, has no plan in the plan files: run playbooks/plan.yml"):
+        vllm_group_ranks({}, head, KEY, {"runtime": "systemd"})
+
+
+def test_ranks_run_as_units_the_docker_runtime_is_refused_for_them():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_instances
+    plans = _fleet()
+    with pytest.raises(AnsibleFilterError, match=r"set vllm_runtime: systemd for the group's hosts"):
+        vllm_instances(plans["g1"], KEY, {"runtime": "docker"})
+
+
+def test_rank_states_say_which_ranks_run_and_which_a_head_restarts():
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_rank_states
+    results = [{"item": {"host": "g2"}, "stdout_lines": ["ActiveState=active", "UnitFileState=enabled"]},
+               {"item": {"host": "g3"}, "stdout_lines": ["ActiveState=failed", "UnitFileState=enabled"]},
+               {"item": {"host": "g4"}, "stdout_lines": ["ActiveState=active", "UnitFileState=disabled"]},
+               # restarted by systemd on its own since the role started it: it cannot have rejoined the engine
+               {"item": {"host": "g5"}, "stdout_lines": ["ActiveState=active", "UnitFileState=enabled", "NRestarts=2"]},
+               {"item": {"host": "g6"}, "stdout_lines": ["ActiveState=active", "UnitFileState=enabled", "NRestarts=0"]}]
+    assert vllm_rank_states(results) == {"running": ["g2", "g4", "g5", "g6"], "stopped": ["g3"], "down": ["g3", "g4", "g5"]}
 
 
 def test_a_group_name_the_inventory_lacks_is_refused_as_such():

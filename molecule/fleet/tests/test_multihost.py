@@ -4,7 +4,7 @@ API, rank 1 on engine 2 --headless - started, gated and stopped by the vllm role
 rank through delegate_to), answered through the gateway with the official openai client. Then a roll (a flag of the
 deployment changes: both ranks restart together, one health gate), a rank that cannot start (on engine 2: the
 run fails naming that host, the group stays out of the rotation), the way back (the host fixed: the next serve.yml restarts
-both and re-admits it), and the group dropped from the inventory (both units gone, the gateway routes it no more).
+both and re-admits it; the run after changes nothing), and the group dropped from the inventory (both units gone, the gateway routes it no more).
 
 The group runs beside the lab's other instances on the same two cores; it uses the lab's newer engine (0.32.0, in the
 wheel folder), which tests/test_rolling.py rolls to later anyway."""
@@ -113,16 +113,23 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
             failed, out = playbooks("-e", "vllm_allow_downtime=true")
             print(failed.stdout[-2000:] + failed.stderr[-2000:])
             assert failed.returncode != 0
-            assert "llmfleet-fleet-engine2: its rank is not running and enabled, or restarted on its own" in out
-            assert f"not running: llmfleet-fleet-engine2 (its rank of {GROUP}-0" in out
-            assert "what ran before cannot come back: it stays out of the gateway's rotation" in out
+            assert "llmfleet-fleet-engine2: not the running, enabled process that passed the last gate" in out
+            assert f"rank not running or restarted by systemd: llmfleet-fleet-engine2 (its rank of {GROUP}-0" in out
+            assert "come back as one group: it stays out of the gateway's rotation" in out
             assert " down;" in host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
         finally:
             # stopped first: systemd's own retries (Restart=on-failure) end, the rank stays down until the role starts it
             worker_host.run(f"systemctl stop {UNIT}; rm -rf {breaker.rsplit('/', 1)[0]} && systemctl daemon-reload")
         back, out = playbooks("-e", "vllm_allow_downtime=true")
         assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-2000:]
+        assert "every rank restarts together" in out
         reply = answer()
+        # and the next run leaves the group alone: the same processes formed it, nothing to restart (no downtime allowed)
+        steady = {name: started_at(name, f"{GROUP}-0") for name in ENGINES}
+        again, out = playbooks()
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
+        assert "every rank restarts together" not in out
+        assert {name: started_at(name, f"{GROUP}-0") for name in ENGINES} == steady, "a run with nothing to change restarted a rank"
         print(f"[multihost] rank 1 could not start: the run failed naming llmfleet-fleet-engine2; fixed, the next run restarted both "
               f"and re-admitted the head: {reply.usage.completion_tokens} tokens")
     finally:

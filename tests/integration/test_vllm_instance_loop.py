@@ -38,7 +38,8 @@ def run(tmp_path, instances):
     task["ansible.builtin.include_tasks"] = str(tmp_path / "instance.yml")
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [task]}]))
     hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                    "__vllm_instances": [{"name": n, "secret": f"{name}-{n}"} for n in names]}
+                    # as the vllm_instances filter gives them: a single-host instance has no group
+                    "__vllm_instances": [{"name": n, "secret": f"{name}-{n}", "group": None, "headless": False} for n in names]}
              for name, names in instances.items()}
     (tmp_path / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),

@@ -118,6 +118,9 @@ def vllm_group_ranks(plans, head, api_key, settings=None, hostvars=None, check=F
             ranks()
         except (ServingError, EngineKeyError) as exc:
             return str(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            return (f"{head.get('name')}: a plan of the group's hosts holds no or a wrong value at {exc}: it was written by an "
+                    "older planner or edited by hand; run playbooks/plan.yml for every host of the group")
         return ""
     return _filter_errors("vllm_group_ranks", _settings(settings), ranks)
 

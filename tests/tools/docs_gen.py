@@ -322,10 +322,9 @@ PLACEHOLDER = "{…}"
 
 # The fix of each message that does not say it itself, keyed by a stable substring of "<where> <message>".
 FIXES: Dict[str, str] = {
-    "Clear systemd's failure state and restart count of every member": "systemctl could not clear a rank's failed state on "
-                                                                        "the host the message names: read `systemctl status` "
-                                                                        "of that unit there, fix the host, and run serve.yml "
-                                                                        "again (a first start, not loaded yet, passes).",
+    "Clear systemd's failure state and restart count of every member": (
+        "systemctl could not clear a rank's failed state on the host the message names: read `systemctl status` "
+        "of that unit there, fix the host, and run serve.yml again (a first start, not loaded yet, passes)."),
     "Stop on what Prometheus could not scrape": "Each joined error names the host, the instance and its fix: the monitoring host's or "
                                                 "a host's llmfleet_private_address, or the host Prometheus runs on (llm_monitor; "
                                                 "docs/monitoring.md#which-host-monitors).",

@@ -126,7 +126,7 @@ def vllm_group_ranks(plans, head, api_key, settings=None, hostvars=None, check=F
 
 
 def vllm_rank_states(results, recorded=None):
-    """{running, stopped, crashed, down: [host]} of a group's members, from a loop of `systemctl show` over them and the
+    """{running, stopped, crashed, down, unfiltered: [host]} of a group's members, from a loop of `systemctl show` over them and the
     {host: InvocationID} the head recorded when the group's gate last passed (_serving.rank_states)."""
     try:
         return rank_states(list(results or []), recorded if isinstance(recorded, dict) else None)

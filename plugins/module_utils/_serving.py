@@ -14,6 +14,7 @@ a `--config` file for the two a key rotation needs (_engine_keys).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -292,6 +293,34 @@ def env_file(env: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+LOOPBACK_NETS = ("127.0.0.0/8", "::1/128")
+
+
+def group_allow(instance: Mapping[str, Any]) -> List[str]:
+    """Who a rank of a multi-host group may exchange packets with: loopback (its host's edge and gateway, the role's health
+    checks) and the group's members at their private addresses (the plan's group.addresses), nobody else. The unit sets
+    IPAddressDeny=any and these as IPAddressAllow=: systemd's cgroup BPF filter drops every other packet the rank's
+    processes send or receive, on every port, the ones the kernel assigns (Gloo pairs, vLLM's ZMQ queues) included.
+    The engine needs no other peer: the plan runs it offline (HF_HUB_OFFLINE, no usage stats) from a local model."""
+    group = instance.get("group") or {}
+    addresses = group.get("addresses")
+    hosts = list(group.get("hosts") or [])
+    if not isinstance(addresses, Mapping) or sorted(addresses) != sorted(hosts) or not hosts:
+        raise ServingError(f"{instance.get('name')}: the plan's group {group.get('name')} has no address for each of its hosts "
+                           f"{hosts} (addresses {addresses!r}): run playbooks/plan.yml again")
+    out = list(LOOPBACK_NETS)
+    for host in hosts:
+        try:
+            address = str(ipaddress.ip_address(str(addresses[host])))
+        except ValueError:
+            raise ServingError(f"{instance.get('name')}: {host}'s address {addresses[host]!r} in the plan's group {group.get('name')} "
+                               "is not an IP address: set that host's llmfleet_private_address to one and run playbooks/plan.yml "
+                               "again") from None
+        if address not in out:
+            out.append(address)
+    return out
+
+
 def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cache_dir: str, user: str,
                  restart_sec: int = 10, plan_hash: Optional[str] = None, keys_file: Optional[str] = None) -> str:
     """The unit file of one instance. The API key is never here: one key lives in the 0640 environment file, the two of
@@ -302,6 +331,9 @@ def systemd_unit(instance: Mapping[str, Any], *, python: str, env_path: str, cac
         ("SyslogIdentifier", unit_name(instance))]
     if instance.get("cpuset"):
         after.append(("CPUAffinity", str(instance["cpuset"]).replace(",", " ")))
+    if instance.get("group"):
+        # IPAccounting runs on the same cgroup BPF programs as the filter: its counters say the filter is in force
+        after += [("IPAccounting", "yes"), ("IPAddressDeny", "any"), ("IPAddressAllow", " ".join(group_allow(instance)))]
     try:
         return render(Unit(
             comments=("Managed by llmfleet.serving (role vllm): edits are overwritten.",
@@ -455,8 +487,12 @@ def rank_states(results: Sequence[Mapping[str, Any]], recorded: Optional[Mapping
     - down: the hosts whose rank needs the whole group restarted - not both active and enabled, or not the process that
       formed the group when its gate last passed (`recorded`: {host: InvocationID} the head keeps; systemd gives every
       start of a unit a new InvocationID, so a rank restarted alone - by systemd, a reboot or a person - shows here and
-      cannot have rejoined the engine). No record (a group the role never gated) counts every member as down."""
-    out: Dict[str, List[str]] = {"running": [], "stopped": [], "crashed": [], "down": []}
+      cannot have rejoined the engine). No record (a group the role never gated) counts every member as down;
+    - unfiltered: the hosts whose running rank has no IP counters (`--property=IPIngressBytes` is not a number): systemd
+      attaches the unit's IP accounting and its IPAddressAllow filter as one cgroup BPF program, and starts the unit
+      without both where it cannot (a kernel without cgroup BPF, a container without CAP_SYS_ADMIN; systemd.resource-control(5)),
+      so that rank's ports are open to every host that reaches its address."""
+    out: Dict[str, List[str]] = {"running": [], "stopped": [], "crashed": [], "down": [], "unfiltered": []}
     for result in results or []:
         item = result.get("item") or {}
         host = str(item.get("host"))
@@ -468,6 +504,8 @@ def rank_states(results: Sequence[Mapping[str, Any]], recorded: Optional[Mapping
         same = recorded is not None and bool(props.get("InvocationID")) and (recorded or {}).get(host) == props.get("InvocationID")
         if not (active and enabled) or not same:
             out["down"].append(host)
+        if active and not props.get("IPIngressBytes", "").isdigit():
+            out["unfiltered"].append(host)
     return out
 
 

@@ -6,6 +6,9 @@ deployment changes: both ranks restart together, one health gate), a rank that c
 run fails naming that host, the group stays out of the rotation), the way back (the host fixed: the next serve.yml restarts
 both and re-admits it; the run after changes nothing), and the group dropped from the inventory (both units gone, the gateway routes it no more).
 
+Each rank's unit lets in only the group's members and loopback (systemd's IP filter): the other engine connects to
+rank 0's --master-port, the gateway host and the Docker host get no answer.
+
 The group runs beside the lab's other instances on the same two cores; it uses the lab's newer engine (0.32.0, in the
 wheel folder), which tests/test_rolling.py rolls to later anyway."""
 
@@ -54,6 +57,19 @@ def answer():
     return reply
 
 
+def connects(name, address, port):
+    """Does a TCP connection from this lab host (None: the Docker host, outside the lab's containers) to address:port
+    open within 3 s? A port behind systemd's IP filter drops the packets of a host it does not allow: no answer."""
+    probe = (f"import socket\ntry:\n socket.create_connection(({address!r}, {port}), timeout=3).close(); print('open')\n"
+             f"except OSError as e:\n print('closed', e)")
+    if name is None:
+        import subprocess  # noqa: PLC0415
+        said = subprocess.run(["python3", "-c", probe], capture_output=True, text=True, check=True).stdout
+    else:
+        said = host(name).check_output(f"python3 -c {json.dumps(probe)}")
+    return said.strip()
+
+
 def ranks():
     return {name: i for name, i in instances() if i["name"] == f"{GROUP}-0"}
 
@@ -87,6 +103,22 @@ def test_one_model_over_two_hosts_answers_rolls_fails_naming_a_missing_rank_and_
         upstream = conf[conf.index(f"upstream llmfleet_{GROUP.replace('-', '_')}"):]
         upstream = upstream[:upstream.index("}")]
         assert "172.30.77.11:" in upstream and "172.30.77.12:" not in upstream, upstream
+
+        # the ranks' own ports (rank 0's store on --master-port, on every interface; Gloo and ZMQ ports) take packets from
+        # the group's members and loopback only: systemd's IP filter on each rank's unit
+        allow = "IPAddressAllow=127.0.0.0/8 ::1/128 172.30.77.11 172.30.77.12"
+        for name in ENGINES:
+            unit = host(name).file(f"/etc/systemd/system/{UNIT}.service").content_string.splitlines()
+            assert "IPAddressDeny=any" in unit and allow in unit, (name, unit)
+            counted = host(name).check_output(f"systemctl show -p IPIngressBytes --value {UNIT}")
+            assert counted.isdigit() and int(counted) > 0, (name, counted, "systemd attached no IP filter")
+        assert f"the IP filter of every rank of {GROUP}-0 is in force" in out
+        port = head["group"]["master_port"]
+        seen = {who or "docker host": connects(who, "172.30.77.11", port)
+                for who in ("llmfleet-fleet-engine2", "llmfleet-fleet-gateway", None)}
+        print(f"[multihost] rank 0's --master-port 172.30.77.11:{port} from each host: {seen}")
+        assert seen["llmfleet-fleet-engine2"] == "open", seen
+        assert seen["llmfleet-fleet-gateway"].startswith("closed") and seen["docker host"].startswith("closed"), seen
 
         # a roll: one flag of the deployment on both hosts; both ranks restart together, one gate, back in
         before = {name: started_at(name, f"{GROUP}-0") for name in ENGINES}

@@ -291,8 +291,9 @@ def group_env(vendor: str, group: Group, extra_env: Mapping[str, str], ctx: Ctx,
             + f" on {own.interface} ({own.address}), where the other ranks reach it")
     ctx.warn(f"{name}: the ranks of group {group.name} listen on their private addresses: {group.port}/tcp on {group.head.host} "
              "(the process group's store, every interface) and ports the kernel assigns on every rank (Gloo pairs, vLLM's ZMQ "
-             "queues), none of them authenticated: let only the group's hosts reach each other's ports (a host firewall, or a "
-             "network of their own)")
+             "queues), none of them authenticated: each rank's unit lets in and out only loopback and the group's members "
+             "(systemd's IPAddressDeny=any and IPAddressAllow), where systemd can attach that filter; serve.yml warns where it "
+             "cannot (then give the group a network of its own or a host firewall)")
     return env
 
 

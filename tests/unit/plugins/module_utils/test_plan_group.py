@@ -301,6 +301,30 @@ def test_a_rank_whose_plan_disagrees_with_the_heads_is_refused_naming_the_host_a
         vllm_group_ranks({}, head, KEY, {"runtime": "systemd"})
 
 
+def test_every_rank_exchanges_packets_with_loopback_and_the_groups_members_only():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_instances
+    from ansible_collections.llmfleet.serving.plugins.module_utils import _serving as serving
+    plans = _cpu_fleet()
+    allow = "IPAddressAllow=127.0.0.0/8 ::1/128 10.0.0.1 10.0.0.2"
+    for host in ("g1", "g2"):
+        (inst,) = vllm_instances(plans[host], KEY, {"runtime": "systemd"})
+        lines = inst["unit_text"].splitlines()
+        assert "IPAddressDeny=any" in lines and allow in lines, inst["unit_text"]
+    # an instance of one host keeps its unit as it was: it listens on loopback only, behind the edge
+    (single,) = vllm_instances(plan_host("g1", CPU_HOST, [dep("Qwen/Qwen3-0.6B", "0.32.0")]), KEY, {"runtime": "systemd"})
+    assert "IPAddress" not in single["unit_text"]
+    other = copy.deepcopy(plans["g2"])
+    other["deployments"][0]["instances"][0]["group"]["addresses"]["g1"] = "head.example"
+    with pytest.raises(AnsibleFilterError, match=r"g1's address 'head.example' in the plan's group big is not an IP address"):
+        vllm_instances(other, KEY, {"runtime": "systemd"})
+    other["deployments"][0]["instances"][0]["group"]["addresses"].pop("g1")
+    with pytest.raises(AnsibleFilterError, match=r"has no address for each of its hosts"):
+        vllm_instances(other, KEY, {"runtime": "systemd"})
+    assert serving.group_allow({"group": {"hosts": ["a", "b"], "addresses": {"a": "fd00::1", "b": "fd00::1"}}}) == [
+        "127.0.0.0/8", "::1/128", "fd00::1"]
+
+
 def test_ranks_run_as_units_the_docker_runtime_is_refused_for_them():
     from ansible.errors import AnsibleFilterError
     from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_instances
@@ -312,16 +336,19 @@ def test_ranks_run_as_units_the_docker_runtime_is_refused_for_them():
 def test_member_states_say_which_ranks_run_and_which_make_the_head_restart_the_group():
     from ansible_collections.llmfleet.serving.plugins.filter.serving import vllm_rank_invocations, vllm_rank_states
 
-    def shown(host, active="active", enabled="enabled", restarts="0", invocation=None):
+    def shown(host, active="active", enabled="enabled", restarts="0", invocation=None, ingress="1024"):
         return {"item": {"host": host}, "stdout_lines": [f"ActiveState={active}", f"UnitFileState={enabled}", f"NRestarts={restarts}",
-                                                         f"InvocationID={invocation or host + '-id'}"]}
-    results = [shown("g1"), shown("g2"), shown("g3", active="activating", restarts="3"), shown("g4", enabled="disabled"),
+                                                         f"InvocationID={invocation or host + '-id'}", f"IPIngressBytes={ingress}"]}
+    results = [shown("g1"), shown("g2", ingress="[no data]"), shown("g3", active="activating", restarts="3", ingress="[no data]"),
+               shown("g4", enabled="disabled"),
                # started again alone since the last passed gate (a reboot, a person, systemd): another process
-               shown("g5", invocation="g5-new"), shown("g6", restarts="1")]
+               shown("g5", invocation="g5-new"), shown("g6", restarts="1", ingress="0")]
     recorded = {h: h + "-id" for h in ("g1", "g2", "g3", "g4", "g5", "g6")}
     states = vllm_rank_states(results, recorded)
+    # unfiltered: a running rank whose unit has no IP counters, so no IPAddressAllow filter either (systemd attaches both
+    # as one cgroup BPF program); a rank that does not run is said as stopped
     assert states == {"running": ["g1", "g2", "g4", "g5", "g6"], "stopped": ["g3"], "crashed": ["g3", "g6"],
-                      "down": ["g3", "g4", "g5"]}
+                      "down": ["g3", "g4", "g5"], "unfiltered": ["g2"]}
     # no record (a group never gated by the role): every member is restarted once
     assert vllm_rank_states(results)["down"] == ["g1", "g2", "g3", "g4", "g5", "g6"]
     # what the head records once the gate passed: the processes that run

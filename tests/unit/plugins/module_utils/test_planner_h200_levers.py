@@ -33,6 +33,17 @@ def test_runs_levers_is_todays_planner_output():
     assert json.loads(json.dumps(make_lever_runs.build())) == CONTENT
 
 
+def test_runs_levers_h100_is_todays_planner_output_for_one_h100():
+    """The same runs for a lease that lends an H100 (80 GB) instead: the plans read that GPU's model and memory."""
+    h100 = json.loads((GPU / "runs-levers-h100.json").read_text())
+    assert json.loads(json.dumps(make_lever_runs.build("h100"))) == h100 and h100["gpu"] == "h100x1"
+    assert [a["model"] for a in make_lever_runs.hardware("h100")["accelerators"]] == ["NVIDIA H100 80GB HBM3"]
+    runs = {r["label"]: r for r in h100["runs"]}
+    # less memory beside the same weights: fewer KV tokens than on the H200, and the MoE latency plan becomes KV-bound
+    assert runs["lever-dense-throughput"]["planned"]["kv_cache_tokens"] < RUNS["lever-dense-throughput"]["planned"]["kv_cache_tokens"]
+    assert flag(runs["lever-moe-latency"]["args"], "--kv-cache-dtype") == "fp8" and "--quantization" not in runs["lever-moe-latency"]["args"]
+
+
 def test_each_model_has_its_plans_and_the_defaults_twice():
     assert sorted(RUNS) == sorted(["lever-dense-throughput", "lever-dense-latency", "lever-dense-default", "lever-dense-default-r2",
                                    "lever-moe-throughput", "lever-moe-default", "lever-moe-default-r2"])

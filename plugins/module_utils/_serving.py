@@ -462,7 +462,8 @@ def group_ranks(head: Mapping[str, Any], plans: Mapping[str, Any], source: str =
         inst = mine[0]
         theirs = inst["group"]
         problem = next((f"{key} {theirs.get(key)!r} where the head's plan has {group.get(key)!r}"
-                        for key in ("hosts", "head", "master_addr", "master_port", "nnodes") if theirs.get(key) != group.get(key)), None)
+                        for key in ("hosts", "addresses", "head", "master_addr", "master_port", "nnodes")
+                        if theirs.get(key) != group.get(key)), None)
         if problem is None and theirs.get("rank") != rank:
             problem = f"rank {theirs.get('rank')!r} where it is host {rank} of the group"
         if problem is None and not headless(inst):
@@ -488,10 +489,12 @@ def rank_states(results: Sequence[Mapping[str, Any]], recorded: Optional[Mapping
       formed the group when its gate last passed (`recorded`: {host: InvocationID} the head keeps; systemd gives every
       start of a unit a new InvocationID, so a rank restarted alone - by systemd, a reboot or a person - shows here and
       cannot have rejoined the engine). No record (a group the role never gated) counts every member as down;
-    - unfiltered: the hosts whose running rank has no IP counters (`--property=IPIngressBytes` is not a number): systemd
-      attaches the unit's IP accounting and its IPAddressAllow filter as one cgroup BPF program, and starts the unit
-      without both where it cannot (a kernel without cgroup BPF, a container without CAP_SYS_ADMIN; systemd.resource-control(5)),
-      so that rank's ports are open to every host that reaches its address."""
+    - unfiltered: the hosts whose running rank counted no packet (`--property=IPIngressBytes` is not a number above 0;
+      read after a passed gate, when every rank has exchanged packets with the others): systemd counts and filters with
+      the same cgroup BPF programs, and starts the unit without them where it cannot attach them (a kernel without cgroup
+      BPF, cgroup v1 only, a container without CAP_SYS_ADMIN; systemd.resource-control(5)) - the counters then read
+      "[no data]", or stay 0 where the programs were made but not attached - or the unit has no filter (a unit restored
+      from before it had one), so that rank's ports are open to every host that reaches its address."""
     out: Dict[str, List[str]] = {"running": [], "stopped": [], "crashed": [], "down": [], "unfiltered": []}
     for result in results or []:
         item = result.get("item") or {}
@@ -504,7 +507,8 @@ def rank_states(results: Sequence[Mapping[str, Any]], recorded: Optional[Mapping
         same = recorded is not None and bool(props.get("InvocationID")) and (recorded or {}).get(host) == props.get("InvocationID")
         if not (active and enabled) or not same:
             out["down"].append(host)
-        if active and not props.get("IPIngressBytes", "").isdigit():
+        counted = props.get("IPIngressBytes", "")
+        if active and not (counted.isdigit() and int(counted) > 0):
             out["unfiltered"].append(host)
     return out
 
@@ -520,6 +524,6 @@ def invocations(results: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
     return out
 
 
-__all__ = ["ServingError", "unit_name", "headless", "describe", "group_ranks", "rank_states", "invocations", "choose_runtime",
+__all__ = ["ServingError", "unit_name", "headless", "describe", "group_allow", "group_ranks", "rank_states", "invocations", "choose_runtime",
            "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout", "cache_env", "instance_env", "docker_spec",
            "env_file", "systemd_unit", "stale_names", "diagnose", "plan_instances"]

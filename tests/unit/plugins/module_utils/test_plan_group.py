@@ -282,6 +282,7 @@ def test_the_vllm_role_renders_the_head_with_its_api_and_the_other_ranks_headles
 @pytest.mark.parametrize("edit,words", [
     (lambda inst: inst["group"].update(rank=0), "g2's plan disagrees with the head's on group big: rank 0 where it is host 1"),
     (lambda inst: inst["group"].update(master_addr="10.0.0.9"), "master_addr '10.0.0.9' where the head's plan has '10.0.0.1'"),
+    (lambda inst: inst["group"]["addresses"].update(g2="10.0.0.7"), "addresses {'g1': '10.0.0.1', 'g2': '10.0.0.7'} where the head's"),
     (lambda inst: inst.update(headless=False), "a rank that serves the API (only rank 0 does)"),
 ])
 def test_a_rank_whose_plan_disagrees_with_the_heads_is_refused_naming_the_host_and_value(edit, words):
@@ -345,10 +346,10 @@ def test_member_states_say_which_ranks_run_and_which_make_the_head_restart_the_g
                shown("g5", invocation="g5-new"), shown("g6", restarts="1", ingress="0")]
     recorded = {h: h + "-id" for h in ("g1", "g2", "g3", "g4", "g5", "g6")}
     states = vllm_rank_states(results, recorded)
-    # unfiltered: a running rank whose unit has no IP counters, so no IPAddressAllow filter either (systemd attaches both
-    # as one cgroup BPF program); a rank that does not run is said as stopped
+    # unfiltered: a running rank whose unit counted no packet after the gate - no counters ("[no data]"), or counters made
+    # but not attached (0) - so no IPAddressAllow filter either (the same cgroup BPF programs); a stopped rank is said as such
     assert states == {"running": ["g1", "g2", "g4", "g5", "g6"], "stopped": ["g3"], "crashed": ["g3", "g6"],
-                      "down": ["g3", "g4", "g5"], "unfiltered": ["g2"]}
+                      "down": ["g3", "g4", "g5"], "unfiltered": ["g2", "g6"]}
     # no record (a group never gated by the role): every member is restarted once
     assert vllm_rank_states(results)["down"] == ["g1", "g2", "g3", "g4", "g5", "g6"]
     # what the head records once the gate passed: the processes that run

@@ -12,7 +12,7 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine_keys impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import ENGINE_DEFAULTS
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
     NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, engine_keys, env_file, group_ranks, headless, instance_env,
-    invocations, plan_instances, rank_states, stale_names, systemd_unit, unit_name)
+    invocations, plan_instances, rank_states, stale_files, stale_names, systemd_unit, unit_name)
 
 # The role's settings: the engine defaults of the collection (_fleet_vars.ENGINE_DEFAULTS), the extra environment and
 # the name of the plan's variable (for the messages).
@@ -144,10 +144,15 @@ def vllm_rank_invocations(results):
                                  "caller to pass that loop's registered results") from exc
 
 
-def vllm_stale(present, instances):
-    """This role's containers/units (by name) that the plan's instances no longer include, each with its instance name."""
+def vllm_stale(present, instances, env_dir=None, state_dir=None):
+    """This role's containers/units (by name) that the plan's instances no longer include, each with its instance name;
+    with the role's folders, each also with the files the role keeps for it (_serving.stale_files)."""
     names = [str(n).lstrip("/").rsplit(".service", 1)[0] for n in present or []]
-    return [{"unit": n, "instance": n[len(NAME_PREFIX):]} for n in stale_names(names, instances)]
+    out = [{"unit": n, "instance": n[len(NAME_PREFIX):]} for n in stale_names(names, instances)]
+    if env_dir is not None and state_dir is not None:
+        for entry in out:
+            entry["files"] = stale_files(entry["unit"], entry["instance"], str(env_dir), str(state_dir))
+    return out
 
 
 # What other roles and playbooks may read of an instance (the vllm role's documented output vllm_engines): where it

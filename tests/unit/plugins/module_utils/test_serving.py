@@ -328,6 +328,11 @@ def test_stale_filter_takes_container_and_unit_names():
     present = ["/llmfleet-vllm-a-0", "/llmfleet-vllm-old-0", "llmfleet-vllm-gone-1.service", "llmfleet-vllm-a-0.service"]
     assert vllm_stale(present, [{"name": "a-0"}]) == [
         {"unit": "llmfleet-vllm-gone-1", "instance": "gone-1"}, {"unit": "llmfleet-vllm-old-0", "instance": "old-0"}]
+    # with the role's folders: every file the role keeps for the instance, the kept .previous pair and a group's record too
+    (gone, _old) = vllm_stale(present, [{"name": "a-0"}], "/etc/llmfleet/vllm/", "/var/lib/llmfleet/vllm")
+    assert gone["files"] == ["/etc/systemd/system/llmfleet-vllm-gone-1.service", "/etc/llmfleet/vllm/gone-1.env",
+                             "/var/lib/llmfleet/vllm/gone-1.api_keys.yaml", "/etc/systemd/system/llmfleet-vllm-gone-1.service.previous",
+                             "/etc/llmfleet/vllm/gone-1.env.previous", "/var/lib/llmfleet/vllm/gone-1.group.json"]
 
 
 def test_vllm_engines_is_the_public_view_without_the_key():

@@ -79,7 +79,7 @@ def bench_cmd(run: dict, model_dir: str, conc: int, prompts: int, out_dir: str, 
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
             "--base-url", f"http://127.0.0.1:{run['port']}", "--model", run["served"], "--tokenizer", model_dir,
             *dataset_args(spec), "--num-prompts", str(prompts), "--max-concurrency", str(conc),
-            "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+            "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,95,99",
             "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", str(seed)]
 
 
@@ -258,7 +258,7 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, sav
         os.remove(path)
         results.append({"concurrency": conc, "wall_s": round(time.monotonic() - started, 1),
                         **{k: data.get(k) for k in ("completed", "output_throughput", "request_throughput", "total_token_throughput",
-                                                    "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+                                                    "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
                                                     "median_itl_ms", "p99_itl_ms", "total_input_tokens", "total_output_tokens")},
                         # a counter that did not move is left out of the deltas: no preemption reads 0, no /metrics None
                         "preemptions": counters.get("vllm:num_preemptions_total", 0) if counters else None, "metrics": counters,
@@ -377,7 +377,8 @@ def client_env() -> Tuple[Dict[str, str], Dict[str, str]]:
 
 
 BENCH_KEYS = ("completed", "duration", "output_throughput", "request_throughput", "total_token_throughput", "median_ttft_ms",
-              "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "total_input_tokens", "total_output_tokens")
+              "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "total_input_tokens",
+              "total_output_tokens")
 
 
 def bench_together(run: dict, model_dir: str, env: dict, conc: int, prompts: int, out_dir: str, tag: str, seed: int) -> List[dict]:

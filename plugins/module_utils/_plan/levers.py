@@ -30,6 +30,19 @@ FP8_GEMM_MIN_CC = 89
 # Past this many declared requests per GPU the dense model lost with FP8 weights (0.91-0.98x at 128 on one H200, a gain at
 # 32); between the two nothing was measured, and the rule takes the middle.
 FP8_DENSE_MAX_PER_GPU = 64
+# A MoE decode step reads only the experts its tokens were routed to. FP8 weights paid where a step read most of them
+# (Qwen3-30B-A3B, 8 of 128 experts a token: 2.4-2.9x at 32 requests, about 87 % of the experts read) and not at one request
+# (0.98x, 6 %); the decode step time then follows the bytes read (16 ms a token at 32 on the H200: 57 GiB of experts at
+# 4.8 TB/s is 12 ms; 21 ms on the H100 at 3.35 TB/s, session 31). Between the two nothing was measured: the middle.
+FP8_MOE_MIN_EXPERTS_READ = 0.5
+
+
+def experts_read(m: ModelProfile, requests: int) -> float:
+    """The share of a MoE layer's experts one decode step of `requests` sequences reads, with each token sent to k of E
+    experts and the experts hit evenly: 1 - (1 - k/E)^requests (1.0 for a dense model: every weight is read every step)."""
+    if not m.num_experts or not m.experts_per_token:
+        return 1.0
+    return 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(requests, 1)
 
 
 def _fp8_profile(m: ModelProfile) -> ModelProfile:
@@ -60,14 +73,25 @@ def _weights_refusal(m: ModelProfile, req: Request, p: Placement, precision: Pre
         where = f"sm{p.cc}" if p.vendor == "nvidia" else f"{p.vendor} {p.arch}"
         return (f"{where}: vLLM runs FP8 W8A8 GEMMs on NVIDIA sm{FP8_GEMM_MIN_CC}+ (platforms/cuda.py supports_fp8); elsewhere "
                 "its FP8 path is weight-only or unmeasured here, so no speed is claimed")
-    if req.goal == "latency" and m.is_moe:
-        return ("the goal is latency and the model is a MoE: one stream reads few experts' weights per token, and FP8 weights "
-                "gave it 0.98x at one request on the H200 (Qwen3-30B-A3B): no gain for the precision given up")
     per_gpu = req.concurrency / len(p.gpus)
     if req.goal == "throughput" and not m.is_moe and per_gpu > FP8_DENSE_MAX_PER_GPU:
         return (f"{req.concurrency} requests over {len(p.gpus)} GPU(s) are {per_gpu:.0f} per GPU, past the {FP8_DENSE_MAX_PER_GPU} "
                 "where a dense model stopped gaining: 0.91-0.98x at 128 on one H200 (Qwen3-8B), 1.23-1.26x at 32")
     return ""
+
+
+def _experts_refusal(m: ModelProfile, req: Request, gpus: int, tp: int) -> str:
+    """Why FP8 weights do not pay for a MoE model at the declared load, or "": an instance of the smallest TP that loads the
+    model serves the fewest requests of any layout (more TP, fewer instances), and its decode step reads experts_read of
+    them."""
+    share = req.concurrency / (gpus // tp)
+    read = experts_read(m, math.ceil(share))
+    if read >= FP8_MOE_MIN_EXPERTS_READ:
+        return ""
+    return (f"{share:.0f} request(s) per instance (TP={tp} on {gpus} GPU(s)) send each token to {m.experts_per_token} of "
+            f"{m.num_experts} experts, so a decode step reads about {read:.0%} of the expert weights: the step is not bound by the "
+            "weights' bytes, and FP8 weights gave 0.98x at one request (6 % of the experts) on the H200 against 2.4-2.9x at 32 "
+            "(87 %; Qwen3-30B-A3B)")
 
 
 def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Precision, budget: Budget,
@@ -85,6 +109,8 @@ def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Prec
     if not refusal and not any(loads(fp8, t, budget) for t in tp_choices(m, len(p.gpus))):
         refusal = (f"no TP up to {len(p.gpus)} holds the {m.weight_bytes / 2 ** 30:.1f} GiB of 16-bit weights per GPU while vLLM "
                    "loads them (it quantizes after loading on the releases before PR #31914): use an FP8 checkpoint of the model")
+    if not refusal and m.is_moe:
+        refusal = _experts_refusal(m, req, len(p.gpus), min(t for t in tp_choices(m, len(p.gpus)) if loads(fp8, t, budget)))
     if refusal:
         ctx.why(f"{lever}: not pulled", refusal)
         return m, precision

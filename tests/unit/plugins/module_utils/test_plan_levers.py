@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.llmfleet.serving.plugins.module_utils._hardware_profiles import hardware_profile
 from ansible_collections.llmfleet.serving.plugins.module_utils._models import catalog_profile, profile_from_config
 from ansible_collections.llmfleet.serving.plugins.module_utils._planner import PlanError, plan_host
-from ansible_collections.llmfleet.serving.plugins.module_utils._plan.levers import _fp8_profile
+from ansible_collections.llmfleet.serving.plugins.module_utils._plan.levers import FP8_MOE_MIN_EXPERTS_READ, _fp8_profile, experts_read
 
 from llmfleet_testing import accepting
 
@@ -174,16 +174,33 @@ def test_latency_goal_names_speculative_decoding_and_its_draft_heads_without_pul
 
 
 def test_fp8_weights_are_pulled_only_where_they_were_measured_to_pay():
-    """Latency on a MoE model: 0.98x at one request (Qwen3-30B-A3B on the H200); a dense model past 64 declared requests
-    per GPU: 0.91-0.98x at 128 on one H200 (1.23-1.26x at 32). The same 128 requests over 8 GPUs are 16 per GPU."""
+    """A MoE model where a decode step reads few of its experts: 0.98x at one request (6 % of Qwen3-30B-A3B's experts) on the
+    H200, 2.4-2.9x at 32 (87 %); a dense model past 64 declared requests per GPU: 0.91-0.98x at 128 on one H200 (1.23-1.26x at
+    32). The same 128 requests over 8 GPUs are 16 per GPU."""
     moe = plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", goal="latency", quality="fp8"))
-    assert "--quantization" not in only(moe)["args"]
-    assert "0.98x at one request" in decisions(moe)["quantization=fp8 (at load): not pulled"]
+    assert flag(only(moe)["args"], "--quantization") == "fp8"
+    one = plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", goal="latency", quality="fp8", concurrency=1))
+    assert "--quantization" not in only(one)["args"]
+    why = decisions(one)["quantization=fp8 (at load): not pulled"]
+    assert "1 request(s) per instance (TP=1 on 1 GPU(s)) send each token to 8 of 128 experts" in why and "about 6% of the expert weights" in why
+    # the goal does not decide it: 32 requests over 8 instances are 4 each, 23 % of the experts a step
+    spread_moe = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-30B-A3B", quality="fp8", concurrency=32))
+    assert all("--quantization" not in i["args"] for i in spread_moe["instances"])
+    assert "about 23% of the expert weights" in decisions(spread_moe)["quantization=fp8 (at load): not pulled"]
     busy = plan_of("h200x1", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=128))
     assert "--quantization" not in only(busy)["args"]
     assert "128 per GPU, past the 64" in decisions(busy)["quantization=fp8 (at load): not pulled"]
     spread = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=128))
     assert all(flag(i["args"], "--quantization") == "fp8" for i in spread["instances"])
+
+
+@pytest.mark.parametrize("requests, read", [(1, 0.0625), (11, 0.5083), (32, 0.8732), (128, 0.9997)])
+def test_experts_read_by_a_decode_step(requests, read):
+    """1 - (1 - k/E)^B for Qwen3-30B-A3B (k=8, E=128); a dense model reads every weight."""
+    assert experts_read(catalog_profile("Qwen/Qwen3-30B-A3B"), requests) == pytest.approx(read, abs=1e-4)
+    assert experts_read(catalog_profile("Qwen/Qwen3-8B"), 1) == 1.0
+    assert experts_read(catalog_profile("Qwen/Qwen3-30B-A3B"), 10) < FP8_MOE_MIN_EXPERTS_READ <= experts_read(
+        catalog_profile("Qwen/Qwen3-30B-A3B"), 11)
 
 
 def test_the_kv_lever_weighs_one_instances_share():

@@ -846,7 +846,8 @@ def profile_from_config(config: Mapping[str, Any], model_id: str, weight_bytes: 
         vocab_size=int(_get(text, "vocab_size", required=True, source=source)),
         max_position_embeddings=longest[0],
         torch_dtype=str(_get(text, "torch_dtype", None) or _get(config, "torch_dtype", None) or _get(text, "dtype", "bfloat16")),
-        num_experts=experts, experts_per_token=int(_get(text, "num_experts_per_tok", 0) or _get(text, "experts_per_token", 0) or 0),
+        num_experts=experts, experts_per_token=int(_get(text, "num_experts_per_tok", 0) or _get(text, "experts_per_token", 0)
+                                                   or _get(text, "num_experts_per_token", 0) or 0),
         moe_intermediate_size=moe_inter,
         shared_expert_intermediate_size=shared_inter,
         linear_num_key_heads=int(_get(text, "linear_num_key_heads", 0) or 0),

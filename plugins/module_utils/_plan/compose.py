@@ -17,7 +17,7 @@ from .hints import variant_fits
 from .inputs import check_deployments, check_host, read_request
 from .instances import cpu_instances, gpu_instances, with_port
 from .layout import choose_layout
-from .levers import kv_for_speed, unpulled, weights_at_load
+from .levers import experts_refusal, kv_for_speed, unpulled, weights_at_load
 from .model import (
     check_architecture, check_engine_runs, check_remote_code, choose_model, extend_context, profile_summary, serving_source,
 )
@@ -81,9 +81,19 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
                                              encoder_only)
         else:
             budget = gpu_budget(req, p, precision.eager, ctx)
-            m, precision = weights_at_load(m, req, p, precision, budget, ctx)
-            sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, forced_seqs(req), p.cc, build.image_cuda)
-            chosen = group_layout(m, req, p, hw, sizer, group, ctx) if group else choose_layout(m, req, p, hw, sizer, ctx)
+            said = (len(ctx.reasons), len(ctx.warnings))
+            fp8, fp8_precision = weights_at_load(m, req, p, precision, budget, ctx)
+            sizer = Sizer(fp8, p.vendor, req, budget, fp8_precision.dtype, fp8_precision.eager, forced_seqs(req), p.cc, build.image_cuda)
+            chosen = group_layout(fp8, req, p, hw, sizer, group, ctx) if group else choose_layout(fp8, req, p, hw, sizer, ctx)
+            refusal = experts_refusal(fp8, req, chosen) if fp8_precision.at_load else ""
+            if refusal:
+                # the FP8 layout's reasons go; the model is laid out again in 16 bits, with the reason the weights stay
+                del ctx.reasons[said[0]:], ctx.warnings[said[1]:]
+                ctx.why("quantization=fp8 (at load): not pulled", refusal)
+                sizer = Sizer(m, p.vendor, req, budget, precision.dtype, precision.eager, forced_seqs(req), p.cc, build.image_cuda)
+                chosen = group_layout(m, req, p, hw, sizer, group, ctx) if group else choose_layout(m, req, p, hw, sizer, ctx)
+            else:
+                m, precision = fp8, fp8_precision
             layout = kv_for_speed(m, req, p, chosen, ctx)
             unpulled(m, req, p, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)

@@ -32,8 +32,8 @@ FP8_GEMM_MIN_CC = 89
 FP8_DENSE_MAX_PER_GPU = 64
 # A MoE decode step reads only the experts its tokens were routed to. FP8 weights paid where a step read most of them
 # (Qwen3-30B-A3B, 8 of 128 experts a token: 2.4-2.9x at 32 requests, about 87 % of the experts read) and not at one request
-# (0.98x, 6 %); the decode step time then follows the bytes read (16 ms a token at 32 on the H200: 57 GiB of experts at
-# 4.8 TB/s is 12 ms; 21 ms on the H100 at 3.35 TB/s, session 31). Between the two nothing was measured: the middle.
+# (0.98x, 6 %); at 32 the bf16 step follows the bytes read (16 ms a token on the H200, where about 50 GiB at 4.8 TB/s take
+# 11 ms; 21 ms on the H100 at 3.35 TB/s, 16 ms, session 31). Between 6 % and 87 % nothing was measured: half is a choice.
 FP8_MOE_MIN_EXPERTS_READ = 0.5
 
 
@@ -80,18 +80,23 @@ def _weights_refusal(m: ModelProfile, req: Request, p: Placement, precision: Pre
     return ""
 
 
-def _experts_refusal(m: ModelProfile, req: Request, gpus: int, tp: int) -> str:
-    """Why FP8 weights do not pay for a MoE model at the declared load, or "": an instance of the smallest TP that loads the
-    model serves the fewest requests of any layout (more TP, fewer instances), and its decode step reads experts_read of
-    them."""
-    share = req.concurrency / (gpus // tp)
-    read = experts_read(m, math.ceil(share))
+def experts_refusal(m: ModelProfile, req: Request, layout: Layout) -> str:
+    """Why FP8 weights do not pay for a MoE model in the layout chosen with them, or "": each instance's share of the
+    declared requests makes a decode step that reads experts_read of the experts (compose weighs it once the layout is
+    known, and lays the model out again in 16 bits where it refuses)."""
+    if not m.is_moe:
+        return ""
+    if not m.experts_per_token:
+        return (f"{m.id}'s config.json does not say how many of its {m.num_experts} experts a token is sent to "
+                "(num_experts_per_tok), so the share a decode step reads, and with it what FP8 weights buy, is unknown")
+    share = math.ceil(req.concurrency / layout.instances)
+    read = experts_read(m, share)
     if read >= FP8_MOE_MIN_EXPERTS_READ:
         return ""
-    return (f"{share:.0f} request(s) per instance (TP={tp} on {gpus} GPU(s)) send each token to {m.experts_per_token} of "
-            f"{m.num_experts} experts, so a decode step reads about {read:.0%} of the expert weights: the step is not bound by the "
-            "weights' bytes, and FP8 weights gave 0.98x at one request (6 % of the experts) on the H200 against 2.4-2.9x at 32 "
-            "(87 %; Qwen3-30B-A3B)")
+    return (f"{req.concurrency} request(s) over {layout.instances} instance(s) of TP={layout.tp} are up to {share} an instance; "
+            f"each token goes to {m.experts_per_token} of {m.num_experts} experts, so a decode step reads about {read:.0%} of the "
+            "expert weights: the step is not bound by the weights' bytes, and FP8 weights gave 0.98x at one request (6 % of the "
+            "experts) on the H200 against 2.4-2.9x at 32 (87 %; Qwen3-30B-A3B)")
 
 
 def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Precision, budget: Budget,
@@ -109,8 +114,6 @@ def weights_at_load(m: ModelProfile, req: Request, p: Placement, precision: Prec
     if not refusal and not any(loads(fp8, t, budget) for t in tp_choices(m, len(p.gpus))):
         refusal = (f"no TP up to {len(p.gpus)} holds the {m.weight_bytes / 2 ** 30:.1f} GiB of 16-bit weights per GPU while vLLM "
                    "loads them (it quantizes after loading on the releases before PR #31914): use an FP8 checkpoint of the model")
-    if not refusal and m.is_moe:
-        refusal = _experts_refusal(m, req, len(p.gpus), min(t for t in tp_choices(m, len(p.gpus)) if loads(fp8, t, budget)))
     if refusal:
         ctx.why(f"{lever}: not pulled", refusal)
         return m, precision

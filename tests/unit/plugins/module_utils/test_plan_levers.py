@@ -182,16 +182,49 @@ def test_fp8_weights_are_pulled_only_where_they_were_measured_to_pay():
     one = plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", goal="latency", quality="fp8", concurrency=1))
     assert "--quantization" not in only(one)["args"]
     why = decisions(one)["quantization=fp8 (at load): not pulled"]
-    assert "1 request(s) per instance (TP=1 on 1 GPU(s)) send each token to 8 of 128 experts" in why and "about 6% of the expert weights" in why
-    # the goal does not decide it: 32 requests over 8 instances are 4 each, 23 % of the experts a step
-    spread_moe = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-30B-A3B", quality="fp8", concurrency=32))
-    assert all("--quantization" not in i["args"] for i in spread_moe["instances"])
-    assert "about 23% of the expert weights" in decisions(spread_moe)["quantization=fp8 (at load): not pulled"]
+    assert "1 request(s) over 1 instance(s) of TP=1 are up to 1 an instance; each token goes to 8 of 128 experts" in why
+    assert "about 6% of the expert weights" in why
+    # the throughput goal too: 8 requests read 40 % of the experts a step
+    eight = plan_of("h200x1", dep("Qwen/Qwen3-30B-A3B", quality="fp8", concurrency=8))
+    assert "--quantization" not in only(eight)["args"]
+    assert "about 40% of the expert weights" in decisions(eight)["quantization=fp8 (at load): not pulled"]
     busy = plan_of("h200x1", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=128))
     assert "--quantization" not in only(busy)["args"]
     assert "128 per GPU, past the 64" in decisions(busy)["quantization=fp8 (at load): not pulled"]
     spread = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-8B", quality="fp8", concurrency=128))
     assert all(flag(i["args"], "--quantization") == "fp8" for i in spread["instances"])
+
+
+def test_a_moe_models_fp8_weights_are_weighed_in_the_layout_they_get():
+    """The share of experts a step reads is an instance's: the same 32 requests on 8 H200 are one TP=8 instance under the
+    latency goal (87 % of the experts a step: FP8 weights) and 8 instances under the throughput goal (4 each, 23 %: the
+    model is laid out again in 16 bits, and only the refusal's reason is left of the FP8 attempt)."""
+    latency = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-30B-A3B", goal="latency", quality="fp8", concurrency=32))
+    [inst] = latency["instances"]
+    assert inst["tensor_parallel_size"] == 8 and flag(inst["args"], "--quantization") == "fp8"
+    spread = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-30B-A3B", quality="fp8", concurrency=32))
+    assert len(spread["instances"]) == 8 and all("--quantization" not in i["args"] for i in spread["instances"])
+    why = decisions(spread)["quantization=fp8 (at load): not pulled"]
+    assert "32 request(s) over 8 instance(s) of TP=1 are up to 4 an instance" in why and "about 23% of the expert" in why
+    assert "quantization=fp8 (at load)" not in decisions(spread)
+    exact = plan_of("h200_sxm_8x", dep("Qwen/Qwen3-30B-A3B", concurrency=32))
+    assert [i["args"] for i in spread["instances"]] == [i["args"] for i in exact["instances"]]
+    assert [i["memory"] for i in spread["instances"]] == [i["memory"] for i in exact["instances"]]
+
+
+def test_a_moe_model_whose_experts_per_token_is_unknown_keeps_its_weights():
+    """A config without num_experts_per_tok (or another spelling the parser reads) leaves the share unknown: not pulled."""
+    cfg = json.loads((FIXTURES / "mixtral-8x7b-instruct-v0.1.json").read_text())["config"]
+    cfg = {k: v for k, v in cfg.items() if k != "num_experts_per_tok"}
+    plan = plan_of("h200_sxm_8x", dep({"id": "lab/moe-no-k", "config": cfg}, quality="fp8", concurrency=64))
+    assert all("--quantization" not in i["args"] for i in plan["instances"])
+    assert "does not say how many of its 8 experts" in decisions(plan)["quantization=fp8 (at load): not pulled"]
+
+
+def test_kimi_linear_spells_its_experts_per_token_its_own_way():
+    cfg = json.loads((FIXTURES / "kimi-linear-48b-a3b.json").read_text())["config"]
+    assert "num_experts_per_tok" not in cfg and profile_from_config(cfg, "moonshotai/Kimi-Linear-48B-A3B-Instruct").experts_per_token \
+        == cfg["num_experts_per_token"] > 0
 
 
 @pytest.mark.parametrize("requests, read", [(1, 0.0625), (11, 0.5083), (32, 0.8732), (128, 0.9997)])

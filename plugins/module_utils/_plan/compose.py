@@ -95,7 +95,7 @@ def plan_deployment(d: Mapping[str, Any], hw: Mapping[str, Any], host: str, take
             else:
                 m, precision = fp8, fp8_precision
             layout = kv_for_speed(m, req, p, chosen, ctx)
-            unpulled(m, req, p, ctx)
+            unpulled(m, req, p, budget, ctx)
             sizing = size_instances(m, req, p, layout, sizer, ctx)
             feats = choose_features(m, req, p, precision, sizing.seqs, budget.max_batched, sizing.kv_dtype, hf_overrides, ctx, runner,
                                     pooling is not None)

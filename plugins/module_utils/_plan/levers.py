@@ -155,11 +155,20 @@ def kv_for_speed(m: ModelProfile, req: Request, p: Placement, layout: Layout, ct
     return replace(layout, kv_dtype="fp8")
 
 
-def unpulled(m: ModelProfile, req: Request, p: Placement, ctx: Ctx) -> None:
+def unpulled(m: ModelProfile, req: Request, p: Placement, budget: Budget, ctx: Ctx) -> None:
     """The levers the plan names for the latency goal and leaves to the operator, with why: speculative decoding gains by its
-    acceptance rate, which depends on the weights and the traffic, and its draft's memory is not in the memory model."""
+    acceptance rate, which depends on the weights and the traffic, and its draft's memory is not in the memory model; the
+    prefill chunk budget trades one prompt's first token against the other streams' next ones, by the traffic's prompts."""
     if req.goal != "latency" or not p.accs:
         return
+    if not req.overrides.get("max_num_batched_tokens"):
+        ctx.why(f"max_num_batched_tokens={budget.max_batched} (vLLM's default): kept", "with chunked prefill each engine step "
+                f"carries up to {budget.max_batched} tokens, a long prompt's chunk beside every running stream's next token: a "
+                "smaller budget (overrides.max_num_batched_tokens: 2048) keeps a long prompt from stretching the others' "
+                "inter-token time and makes that prompt's first token later, a larger one the reverse (vLLM's Optimization and "
+                "Tuning guide, Chunked Prefill). Which one the latency goal wants depends on how long your prompts are, which "
+                "the inventory does not say, and no lease here measured it (the GPU runs use 512-token prompts, inside any "
+                "budget): compare both with playbooks/bench.yml, whose result files hold the ITL p99")
     heads = m.mtp_layers
     if heads:
         ctx.why("speculative decoding (MTP): not pulled", f"{m.id} ships {heads} multi-token-prediction layer(s) vLLM can draft with "

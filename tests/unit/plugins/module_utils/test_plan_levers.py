@@ -173,6 +173,20 @@ def test_latency_goal_names_speculative_decoding_and_its_draft_heads_without_pul
     assert not [d for d in decisions(plan_of("h200x1", dep("Qwen/Qwen3-8B"))) if d.startswith("speculative")]
 
 
+def test_latency_goal_names_the_prefill_chunk_budget_it_keeps():
+    """The chunk budget trades a long prompt's first token against the other streams' next ones: which way depends on the
+    prompts' length, which no inventory field says, so the latency goal names it with vLLM's default and does not move it;
+    an override is the operator's decision and is not named again."""
+    plan = plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency"))
+    why = decisions(plan)["max_num_batched_tokens=8192 (vLLM's default): kept"]
+    assert "overrides.max_num_batched_tokens: 2048" in why and "Chunked Prefill" in why
+    assert "--max-num-batched-tokens" not in only(plan)["args"]
+    assert not [d for d in decisions(plan_of("h200x1", dep("Qwen/Qwen3-8B"))) if d.startswith("max_num_batched_tokens")]
+    forced = plan_of("h200x1", dep("Qwen/Qwen3-8B", goal="latency", overrides={"max_num_batched_tokens": 2048}))
+    assert flag(only(forced)["args"], "--max-num-batched-tokens") == "2048"
+    assert not [d for d in decisions(forced) if d.startswith("max_num_batched_tokens=8192")]
+
+
 def test_fp8_weights_are_pulled_only_where_they_were_measured_to_pay():
     """A MoE model where a decode step reads few of its experts: 0.98x at one request (6 % of Qwen3-30B-A3B's experts) on the
     H200, 2.4-2.9x at 32 (87 %); a dense model past 64 declared requests per GPU: 0.91-0.98x at 128 on one H200 (1.23-1.26x at

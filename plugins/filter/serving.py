@@ -12,16 +12,12 @@ from ansible_collections.llmfleet.serving.plugins.module_utils._engine_keys impo
 from ansible_collections.llmfleet.serving.plugins.module_utils._fleet_vars import ENGINE_DEFAULTS
 from ansible_collections.llmfleet.serving.plugins.module_utils._serving import (
     NAME_PREFIX, ServingError, bind_of, choose_runtime, docker_spec, engine_keys, env_file, group_ranks, headless, instance_env,
-    invocations, plan_instances, rank_states, stale_files, stale_names, systemd_unit, unit_name)
+    invocations, keys_path, plan_instances, rank_states, stale_files, stale_names, systemd_unit, unit_name, unit_path)
+from ansible_collections.llmfleet.serving.plugins.module_utils._serving import env_path as instance_env_path
 
 # The role's settings: the engine defaults of the collection (_fleet_vars.ENGINE_DEFAULTS), the extra environment and
 # the name of the plan's variable (for the messages).
 DEFAULTS = dict(ENGINE_DEFAULTS, entrypoint=list(ENGINE_DEFAULTS["entrypoint"]), extra_env={}, plan_source="llmfleet_plan")
-
-
-def keys_path(state_dir, name):
-    """The file on the host that holds an instance's keys while it accepts two (a key rotation): beside its cache folder."""
-    return f"{state_dir}/{name}.api_keys.yaml"
 
 
 def _settings(settings):
@@ -67,13 +63,13 @@ def _item(inst, api_key, opts):
                                      extra_env=opts["extra_env"])
     else:
         venv = f"{opts['venv_root']}/{inst['engine_version']}"
-        env_path = f"{opts['env_dir']}/{inst['name']}.env"
+        env_path = instance_env_path(opts["env_dir"], inst["name"])
         env = instance_env(inst, cache_dir=cache_dir, patches_dir=opts["patches_dir"], extra=opts["extra_env"])
         if len(keys) == 1:
             env["VLLM_API_KEY"] = keys[0]
         item.update({"venv": venv, "package": inst["package"], "env_path": env_path, "env_text": env_file(env),
                      # what a change keeps (.previous) and a restore puts back
-                     "files": [env_path, f"/etc/systemd/system/{name}.service"],
+                     "files": [env_path, unit_path(name)],
                      "unit_text": systemd_unit(inst, python=f"{venv}/bin/python", env_path=env_path, cache_dir=cache_dir,
                                                user=opts["user"], keys_file=keys_file if len(keys) > 1 else None)})
     return item
@@ -149,9 +145,11 @@ def vllm_stale(present, instances, env_dir=None, state_dir=None):
     with the role's folders, each also with the files the role keeps for it (_serving.stale_files)."""
     names = [str(n).lstrip("/").rsplit(".service", 1)[0] for n in present or []]
     out = [{"unit": n, "instance": n[len(NAME_PREFIX):]} for n in stale_names(names, instances)]
-    if env_dir is not None and state_dir is not None:
+    if state_dir is not None:
         for entry in out:
-            entry["files"] = stale_files(entry["unit"], entry["instance"], str(env_dir), str(state_dir))
+            entry["keys_file"] = keys_path(str(state_dir), entry["instance"])
+            if env_dir is not None:
+                entry["files"] = stale_files(entry["unit"], entry["instance"], str(env_dir), str(state_dir))
     return out
 
 

@@ -354,13 +354,27 @@ def stale_names(present: Iterable[str], instances: Iterable[Mapping[str, Any]]) 
     return sorted(n for n in present if n.startswith(NAME_PREFIX) and n not in wanted)
 
 
+def unit_path(unit: str) -> str:
+    """The systemd unit file the role writes for an instance's unit name."""
+    return f"/etc/systemd/system/{unit}.service"
+
+
+def env_path(env_dir: str, instance: str) -> str:
+    """The environment file of a systemd instance."""
+    return f"{env_dir.rstrip('/')}/{instance}.env"
+
+
+def keys_path(state_dir: str, instance: str) -> str:
+    """The file on the host that holds an instance's keys while it accepts two (a key rotation): beside its cache folder."""
+    return f"{state_dir.rstrip('/')}/{instance}.api_keys.yaml"
+
+
 def stale_files(unit: str, instance: str, env_dir: str, state_dir: str) -> List[str]:
     """Every file the role keeps for a systemd instance, to remove with it: the unit, the environment file, the key
     rotation file, the unit and environment a change kept (.previous) and a group head's record."""
-    env_dir, state_dir = env_dir.rstrip("/"), state_dir.rstrip("/")
-    unit_file = f"/etc/systemd/system/{unit}.service"
-    return [unit_file, f"{env_dir}/{instance}.env", f"{state_dir}/{instance}.api_keys.yaml", f"{unit_file}.previous",
-            f"{env_dir}/{instance}.env.previous", f"{state_dir}/{instance}.group.json"]
+    unit_file, env = unit_path(unit), env_path(env_dir, instance)
+    return [unit_file, env, keys_path(state_dir, instance), f"{unit_file}.previous", f"{env}.previous",
+            f"{state_dir.rstrip('/')}/{instance}.group.json"]
 
 
 # What a failed start's log most likely means, and what to do: (pattern, cause).
@@ -535,4 +549,5 @@ def invocations(results: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
 
 __all__ = ["ServingError", "unit_name", "headless", "describe", "group_allow", "group_ranks", "rank_states", "invocations", "choose_runtime",
            "check_image", "runtime_args", "container_network", "bind_of", "stop_timeout", "cache_env", "instance_env", "docker_spec",
-           "env_file", "systemd_unit", "stale_names", "stale_files", "diagnose", "plan_instances"]
+           "env_file", "systemd_unit", "stale_names", "stale_files", "unit_path", "env_path", "keys_path", "diagnose",
+           "plan_instances"]

@@ -333,6 +333,14 @@ def test_stale_filter_takes_container_and_unit_names():
     assert gone["files"] == ["/etc/systemd/system/llmfleet-vllm-gone-1.service", "/etc/llmfleet/vllm/gone-1.env",
                              "/var/lib/llmfleet/vllm/gone-1.api_keys.yaml", "/etc/systemd/system/llmfleet-vllm-gone-1.service.previous",
                              "/etc/llmfleet/vllm/gone-1.env.previous", "/var/lib/llmfleet/vllm/gone-1.group.json"]
+    assert gone["keys_file"] == "/var/lib/llmfleet/vllm/gone-1.api_keys.yaml"
+    # a container has no unit or environment file: its key rotation file alone, the same path the instance was given
+    [container] = vllm_stale(["/llmfleet-vllm-c-0"], [], state_dir="/var/lib/llmfleet/vllm")
+    assert container == {"unit": "llmfleet-vllm-c-0", "instance": "c-0", "keys_file": "/var/lib/llmfleet/vllm/c-0.api_keys.yaml"}
+    # the paths are the ones the instance was written with (one place: _serving.unit_path / env_path / keys_path)
+    [item] = vllm_instances(cpu_plan(), [KEY], {"runtime": "systemd", "env_dir": "/etc/llmfleet/vllm", "state_dir": "/var/lib/llmfleet/vllm"})
+    [again] = vllm_stale([f"{item['unit']}.service"], [], "/etc/llmfleet/vllm", "/var/lib/llmfleet/vllm")
+    assert again["keys_file"] == item["keys_path"] and set(item["files"]) <= set(again["files"])
 
 
 def test_vllm_engines_is_the_public_view_without_the_key():

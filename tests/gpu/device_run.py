@@ -11,6 +11,11 @@ of them start together, each with its CUDA_VISIBLE_DEVICES, port, log and compil
 split over them (run_configuration); `--gpus 4` runs such a file on a machine of 4 GPUs (on_fewer_gpus). `--dry-run`
 prints every command with the environment the runner sets and starts nothing (any machine, no vLLM needed).
 
+The benchmark client of a single-server run runs in this process (InProcessBench): vLLM's own `vllm bench serve` code
+(vllm.benchmarks.serve.main with its own argument parser), imported once while the server starts. Session 31 measured
+35-41 s of wall time a step on the lent H100 for 5-10 s of load: a fresh `vllm bench serve` process pays the import
+of vLLM every time. `--bench-subprocess` runs one process a step as before.
+
     python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs.json --only LABEL[,LABEL] --out $OUT
     python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs-multi.json --only LABEL --out $OUT
     python3 device_run.py --carry /tmp/carry --runs tests/gpu/runs-multi.json --dry-run
@@ -19,7 +24,9 @@ prints every command with the environment the runner sets and starts nothing (an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import io
 import json
 import os
 import re
@@ -83,6 +90,65 @@ def bench_cmd(run: dict, model_dir: str, conc: int, prompts: int, out_dir: str, 
             "--save-result", "--result-dir", out_dir, "--result-filename", name, "--seed", str(seed)]
 
 
+class InProcessBench:
+    """vLLM's benchmark client called in this process (the module docstring says why): `start()` imports it in a
+    thread while the server starts; `run(cmd, timeout)` takes bench_cmd's command line and answers like
+    subprocess.run (returncode, stdout, stderr), falling back to a subprocess when the import failed."""
+
+    def __init__(self) -> None:
+        self.entry: Optional[tuple] = None
+        self.error = ""
+        self.thread = threading.Thread(target=self._load, daemon=True)
+
+    def start(self) -> "InProcessBench":
+        self.thread.start()
+        return self
+
+    def _load(self) -> None:
+        try:
+            from vllm.benchmarks.serve import add_cli_args, main  # pylint: disable=import-outside-toplevel
+            from vllm.utils.argparse_utils import FlexibleArgumentParser  # pylint: disable=import-outside-toplevel
+            self.entry = (add_cli_args, main, FlexibleArgumentParser)
+        except Exception as exc:  # pylint: disable=broad-except
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def run(self, cmd: List[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        self.thread.join()
+        if self.entry is None:
+            print(f"   in-process benchmark client unavailable ({self.error}): one process a step", flush=True)
+            return run_client(cmd, env, timeout)
+        add_cli_args, main, parser_class = self.entry
+        parser = parser_class()
+        add_cli_args(parser)
+        args = parser.parse_args(cmd[cmd.index("serve") + 1:])
+        out, box = io.StringIO(), {}
+
+        def call() -> None:
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                    main(args)
+                box["rc"] = 0
+            except BaseException as exc:  # pylint: disable=broad-except
+                box["rc"], box["error"] = 1, f"{type(exc).__name__}: {exc}"
+
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            return subprocess.CompletedProcess(cmd, -1, "", f"timed out after {timeout} s")
+        return subprocess.CompletedProcess(cmd, box["rc"], out.getvalue()[-3000:], box.get("error", ""))
+
+
+def run_client(cmd: List[str], env: dict, timeout: float, client: Optional[InProcessBench] = None) -> subprocess.CompletedProcess:
+    """One benchmark run: in this process when `client` is given, else its own process."""
+    if client is not None:
+        return client.run(cmd, env, timeout)
+    try:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as cut:
+        return subprocess.CompletedProcess(cmd, -1, str(cut.stdout or ""), f"timed out after {cut.timeout} s")
+
+
 def prompts_for(spec: dict, conc: int) -> int:
     """Requests of one step: 10 for a single user; otherwise the run's count, and at least two per concurrent
     slot (a step at 4x the declared concurrency must fill every slot twice, not stop half-way)."""
@@ -99,7 +165,7 @@ def warmup_sizes(spec: dict) -> List[Tuple[int, int]]:
     return sizes
 
 
-def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
+def warm_up(run: dict, model_dir: str, env: dict, out_dir: str, client: Optional[InProcessBench] = None) -> float:
     """The sweep once, unrecorded, with other prompts of the same lengths (seed 1: the measured prompts,
     seed 0, must not be in the prefix cache yet - session 4 replayed seed 0 and measured cache hits): Triton JIT of kernels for new
     batch shapes (fused MoE picks a block config by batch size; GDN) happens here instead of inside a
@@ -110,10 +176,8 @@ def warm_up(run: dict, model_dir: str, env: dict, out_dir: str) -> float:
     started = time.monotonic()
     for conc, prompts in warmup_sizes(spec):
         name = f"{run['label']}-warmup-c{conc}.json"
-        try:
-            subprocess.run(bench_cmd(run, model_dir, conc, prompts, out_dir, name, seed=1), env=env, capture_output=True, text=True,
-                           timeout=spec.get("timeout", 240), check=False)
-        except subprocess.TimeoutExpired:
+        proc = run_client(bench_cmd(run, model_dir, conc, prompts, out_dir, name, seed=1), env, spec.get("timeout", 240), client)
+        if proc.returncode == -1:
             print(f"   warm-up at {conc} cut after {spec.get('timeout', 240)} s", flush=True)
         if os.path.exists(os.path.join(out_dir, name)):
             os.remove(os.path.join(out_dir, name))
@@ -229,7 +293,7 @@ class MetricsPoller(threading.Thread):
                 "series": self.series}
 
 
-def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, save) -> list:
+def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, save, client: Optional[InProcessBench] = None) -> list:
     """The sweep; `save()` after each concurrency, so a call cut at its limit keeps the steps that ran."""
     spec = run["bench"]
     for conc in spec["concurrency"]:
@@ -240,10 +304,7 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, sav
         if poller:
             poller.start()
         started = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=spec.get("timeout", 240), check=False)
-        except subprocess.TimeoutExpired as cut:
-            proc = subprocess.CompletedProcess(cmd, -1, str(cut.stdout or ""), f"timed out after {cut.timeout} s")
+        proc = run_client(cmd, env, spec.get("timeout", 240), client)
         counters = metric_deltas(before, scrape(run["port"]))
         sampled = poller.result() if poller else None
         path = os.path.join(out_dir, name)
@@ -594,6 +655,8 @@ def main() -> int:
                         "concurrency instead of the run's own warm-up (session 14: the hybrid sweep, to fit the lease)")
     parser.add_argument("--gpus", type=int, default=0, help="runs of several GPUs on a machine with fewer (4 on the x4 kind): only "
                         "the instances on GPUs below N, the sweep cut in proportion; configurations that need more are skipped")
+    parser.add_argument("--bench-subprocess", action="store_true", help="one `vllm bench serve` process a step (before session "
+                        "32) instead of vLLM's benchmark client in this process")
     parser.add_argument("--dry-run", action="store_true", help="print every command (servers and benchmarks) with the environment "
                         "the runner sets, start nothing")
     args = parser.parse_args()
@@ -608,6 +671,7 @@ def main() -> int:
     results_path = os.path.join(args.out, "results.json")
     results = json.load(open(results_path, encoding="utf-8")) if os.path.exists(results_path) else []
     logs = open(os.path.join(args.out, "logs.txt"), "a", encoding="utf-8")
+    client = None if args.bench_subprocess or args.no_bench else InProcessBench().start()
     for run in selected(runs, args):
         model_dir = os.path.join(args.carry, "models", run["model_dir"])
         if "instances" in run:
@@ -640,9 +704,10 @@ def main() -> int:
             entry["probe"] = probe_once(run["port"], run["probe"])
             save()
         if ready > 0 and not args.no_bench and not run.get("memory_only"):
-            entry["warmup_s"] = warm_up(run, model_dir, env, args.out)
+            entry["warmup_s"] = warm_up(run, model_dir, env, args.out, client)
+            entry["client"] = "subprocess" if client is None or client.entry is None else "in-process"
             entry["bench"] = []
-            bench(run, model_dir, env, args.out, entry["bench"], save)
+            bench(run, model_dir, env, args.out, entry["bench"], save, client)
         elif ready <= 0:
             entry["error"] = "server did not become healthy"
             save()

@@ -171,9 +171,12 @@ def main() -> int:
 
 
 def make_models(target: pathlib.Path) -> None:
-    """config.json of each catalog architecture and of the fixture models + the lab's small tokenizer (dummy weights;
-    its ids lie below every carried model's vocab_size)."""
+    """config.json of each catalog architecture and of the fixture models + a tokenizer: Qwen3's shape for the Qwen3
+    models (vocab_tokenizer.py), the lab's small one for the others (dummy weights; its ids lie below every carried
+    model's vocab_size)."""
     sys.path.insert(0, str(ROOT / ".cache" / "collections"))
+    sys.path.insert(0, str(HERE))
+    import vocab_tokenizer  # pylint: disable=import-outside-toplevel
     from ansible_collections.llmfleet.serving.plugins.module_utils._models import CATALOG  # pylint: disable=import-outside-toplevel
     tok = ROOT / ".cache" / "gpu-tokenizer"
     if not (tok / "tokenizer.json").exists():
@@ -188,6 +191,10 @@ def make_models(target: pathlib.Path) -> None:
         else:
             config = json.loads(json.dumps(CATALOG[model_id][0]))
         (folder / "config.json").write_text(json.dumps(config, indent=1))
+        if config.get("model_type") in ("qwen3", "qwen3_moe") and config.get("vocab_size") == vocab_tokenizer.ROWS:
+            # every id the dummy weights emit decodes, and random prompts are distinct (vocab_tokenizer.py says why)
+            vocab_tokenizer.write(folder)
+            continue
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
             if (tok / name).exists():
                 shutil.copy(tok / name, folder / name)

@@ -149,6 +149,15 @@ def run_client(cmd: List[str], env: dict, timeout: float, client: Optional[InPro
         return subprocess.CompletedProcess(cmd, -1, str(cut.stdout or ""), f"timed out after {cut.timeout} s")
 
 
+def step_seed(spec: dict, conc: int) -> int:
+    """The measured step's prompt seed: its own per step (100 + its place in the sweep), never the warm-up's 1.
+    vLLM's random dataset draws each prompt's start from one generator per run, and with fixed lengths the length draws
+    take nothing from it (numpy's integers over a one-value range), so two runs of one seed start with the same prompts:
+    session 32's step at 128 (256 prompts, seed 0 as every step then) found 98 of them - those of the step at 32 - in the
+    prefix cache (50,112 of 131,074 prompt tokens)."""
+    return 100 + list(spec["concurrency"]).index(conc)
+
+
 def prompts_for(spec: dict, conc: int) -> int:
     """Requests of one step: 10 for a single user; otherwise the run's count, and at least two per concurrent
     slot (a step at 4x the declared concurrency must fill every slot twice, not stop half-way)."""
@@ -167,7 +176,7 @@ def warmup_sizes(spec: dict) -> List[Tuple[int, int]]:
 
 def warm_up(run: dict, model_dir: str, env: dict, out_dir: str, client: Optional[InProcessBench] = None) -> float:
     """The sweep once, unrecorded, with other prompts of the same lengths (seed 1: the measured prompts,
-    seed 0, must not be in the prefix cache yet - session 4 replayed seed 0 and measured cache hits): Triton JIT of kernels for new
+    step_seed's, must not be in the prefix cache yet - session 4 replayed seed 0 and measured cache hits): Triton JIT of kernels for new
     batch shapes (fused MoE picks a block config by batch size; GDN) happens here instead of inside a
     measured run. `bench.warmup: N` sends N prompts at the largest concurrency instead (configurations
     with few sequences, whose sweep takes minutes); `bench.warmup: {"prompts": N, "concurrency": C}` sends N
@@ -298,7 +307,7 @@ def bench(run: dict, model_dir: str, env: dict, out_dir: str, results: list, sav
     spec = run["bench"]
     for conc in spec["concurrency"]:
         name = f"{run['label']}-c{conc}.json"
-        cmd = bench_cmd(run, model_dir, conc, prompts_for(spec, conc), out_dir, name)
+        cmd = bench_cmd(run, model_dir, conc, prompts_for(spec, conc), out_dir, name, seed=step_seed(spec, conc))
         before = scrape(run["port"])
         poller = MetricsPoller(run["port"], float(spec["poll_metrics"]), before.get("vllm:num_preemptions_total", 0.0)) if spec.get("poll_metrics") else None
         if poller:
@@ -512,7 +521,7 @@ def bench_all(run: dict, model_dir: str, env: dict, out_dir: str, results: list,
     for conc in run["bench"]["concurrency"]:
         before = [scrape(inst["port"]) for inst in run["instances"]]
         started = time.monotonic()
-        rows = bench_together(run, model_dir, env, conc, prompts_for(run["bench"], conc), out_dir, f"c{conc}", seed=0)
+        rows = bench_together(run, model_dir, env, conc, prompts_for(run["bench"], conc), out_dir, f"c{conc}", seed=step_seed(run["bench"], conc))
         wall = round(time.monotonic() - started, 1)
         for row, inst, old in zip(rows, run["instances"], before):
             counters = metric_deltas(old, scrape(inst["port"]))
@@ -617,7 +626,7 @@ def dry_run(run: dict, args: argparse.Namespace) -> None:
     model_dir = os.path.join(args.carry, "models", run["model_dir"])
     out_dir = args.out or "$OUT"
     bench_steps = [] if args.no_bench else [("warmup", conc, prompts, 1) for conc, prompts in warmup_sizes(run["bench"])] + [
-        ("step", conc, prompts_for(run["bench"], conc), 0) for conc in run["bench"]["concurrency"]]
+        ("step", conc, prompts_for(run["bench"], conc), step_seed(run["bench"], conc)) for conc in run["bench"]["concurrency"]]
     if "instances" not in run:
         _env, own = server_env(run["label"], run.get("env", {}), args.shared_caches, make=False)
         print(f"== {run['label']} ({run['config']}): one server")

@@ -17,6 +17,7 @@ sys.path.insert(0, str(GPU))
 
 import make_lever_runs  # noqa: E402  pylint: disable=wrong-import-position
 import prepare_carry  # noqa: E402  pylint: disable=wrong-import-position
+import vocab_tokenizer  # noqa: E402  pylint: disable=wrong-import-position
 
 RUNS_FILE = GPU / "runs-levers.json"
 CONTENT = json.loads(RUNS_FILE.read_text())
@@ -77,6 +78,46 @@ def test_dry_run_prints_the_served_command_lines():
     assert "--quantization" not in serve[1]
 
 
+def test_every_measured_step_draws_prompts_no_other_step_drew():
+    """Warm-up seed 1, each step its own seed (device_run.step_seed): one seed for every step put the step at 32's prompts
+    first in the step at 128, out of the prefix cache (session 32)."""
+    proc = subprocess.run([sys.executable, str(GPU / "device_run.py"), "--carry", "/tmp/carry", "--runs", str(RUNS_FILE), "--dry-run",
+                           "--only", "lever-dense-default"], capture_output=True, text=True, timeout=120, check=True)
+    seeds = [line.split("--seed ")[1].split()[0] for line in proc.stdout.splitlines() if line.startswith("bench ")]
+    assert len(seeds) == 1 + 3 and seeds[0] == "1" and len(set(seeds)) == 4, proc.stdout
+
+
+def test_the_carried_qwen3_tokenizer_decodes_every_row_of_the_embedding():
+    """tests/gpu/vocab_tokenizer.py: every id below Qwen3's vocab_size (151,936) is a token exactly once, Qwen3's added tokens
+    sit at Qwen3's ids with its special flags, the ordinary vocabulary is Qwen3's size (what the benchmark draws prompts
+    from), and every ordinary token longer than one character is the result of one merge of two tokens it has."""
+    tok = vocab_tokenizer.tokenizer_json()
+    vocab, merges = tok["model"]["vocab"], tok["model"]["merges"]
+    ids = sorted(vocab.values()) + [a["id"] for a in tok["added_tokens"]]
+    assert ids == list(range(151936)) and len(vocab) == 151643
+    added = {a["id"]: (a["content"], a["special"]) for a in tok["added_tokens"]}
+    assert added[151643] == ("<|endoftext|>", True) and added[151645] == ("<|im_end|>", True)
+    assert added[151657] == ("<tool_call>", False) and added[151667] == ("<think>", False) and added[151668] == ("</think>", False)
+    assert all(special for content, special in (added[i] for i in range(151669, 151936)))
+    made = {left + right for left, right in merges}
+    assert all(left in vocab and right in vocab for left, right in merges) and len(made) == len(merges)
+    assert made == {token for token in vocab if len(token) > 1}
+    assert all(len(token.encode()) < 16 for token in vocab), "every token decodes to a few characters"
+
+
+def test_the_carry_gives_the_qwen3_models_that_tokenizer(tmp_path, monkeypatch):
+    written = []
+    monkeypatch.setattr(vocab_tokenizer, "write", written.append)
+    monkeypatch.setattr(prepare_carry, "MODELS", ["Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"])
+    monkeypatch.setattr(prepare_carry, "FIXTURE_MODELS", {})
+    monkeypatch.setattr(prepare_carry, "ROOT", tmp_path)
+    (tmp_path / ".cache" / "gpu-tokenizer").mkdir(parents=True)
+    (tmp_path / ".cache" / "gpu-tokenizer" / "tokenizer.json").write_text("{}")
+    monkeypatch.syspath_prepend(str(ROOT / ".cache" / "collections"))
+    prepare_carry.make_models(tmp_path / "models")
+    assert [w.name for w in written] == ["Qwen3-8B", "Qwen3-30B-A3B"]
+
+
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
 H100_RUNS = {r["label"]: r for r in json.loads((GPU / "runs-levers-h100.json").read_text())["runs"]}
 MEASURED = [(run, RUNS) for run in json.loads((FIXTURES / "h200-levers-0.26.0.json").read_text())["runs"]] + \
@@ -103,7 +144,7 @@ def test_a_lever_run_is_todays_plan_and_its_fp8_memory_is_vllms(run, plans):
 def test_the_h100_lease_compares_plan_and_defaults_side_by_side():
     """Session 31 (one H100 lease): the dense defaults twice and the throughput plan beside them, every bench step finished
     with no preemption; the ratios of docs/benchmarks/h200.md are these rows'."""
-    rows = {r["label"]: r for r in json.loads((FIXTURES / "h100-levers-0.26.0.json").read_text())["runs"]}
+    rows = {r["label"]: r for r in json.loads((FIXTURES / "h100-levers-0.26.0.json").read_text())["runs"] if r["session"] == 31}
     out = {label: [s["output_throughput"] for s in rows[label]["bench"]] for label in
            ("lever-dense-default", "lever-dense-default-r2", "lever-dense-throughput")}
     assert all(len(v) == 3 for v in out.values())
@@ -112,3 +153,21 @@ def test_the_h100_lease_compares_plan_and_defaults_side_by_side():
     ratio_32 = sorted(plan[1] / d[1] for d in defaults)
     assert [round(r, 2) for r in ratio_32] == [1.21, 1.26]
     assert [round(plan[0] / d[0], 2) for d in defaults] == [1.46, 1.45]
+
+
+def test_at_128_the_old_bench_measured_its_frontend():
+    """Session 32 (docs/benchmarks/h200.md): the dense defaults with a tokenizer that knows every id the dummy weights emit
+    gave 1.16-1.45x session 31's output at 128, with far fewer prompt tokens from the prefix cache; at 1 the two benches agree."""
+    runs = json.loads((FIXTURES / "h100-levers-0.26.0.json").read_text())["runs"]
+    old = [r for r in runs if r["label"] in ("lever-dense-default", "lever-dense-default-r2") and r["session"] == 31]
+    new = next(r for r in runs if r["label"] == "lever-dense-default" and r["session"] == 32)
+    assert new["client"] == "in-process" and "vocab_tokenizer" in new["bench_method"]["tokenizer"]
+
+    def cached(step):
+        return step["metrics"].get("vllm:prefix_cache_hits_total", 0) / step["metrics"]["vllm:prompt_tokens_total"]
+
+    assert [round(cached(s), 2) for s in new["bench"]] == [0.0, 0.11, 0.38]
+    assert all([round(cached(s), 2) for s in r["bench"]] == [0.26, 0.56, 0.78] for r in old)
+    at_128 = sorted(new["bench"][2]["output_throughput"] / r["bench"][2]["output_throughput"] for r in old)
+    assert [round(x, 2) for x in at_128] == [1.16, 1.45]
+    assert all(abs(new["bench"][0]["output_throughput"] / r["bench"][0]["output_throughput"] - 1) < 0.02 for r in old)

@@ -71,7 +71,7 @@ def vocabulary() -> tuple:
 
 def tokenizer_json() -> dict:
     vocab, merges = vocabulary()
-    added = [(content, special) for content, special in ADDED]
+    added = list(ADDED)
     added += [(f"<|extra_{row}|>", True) for row in range(ORDINARY + len(ADDED), ROWS)]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     return {

@@ -87,14 +87,14 @@ def tokenizer_json() -> dict:
 def write(out: pathlib.Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tok = tokenizer_json()
-    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False, separators=(",", ":")))
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
     config = {"added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in tok["added_tokens"]},
               "additional_special_tokens": [c for c, s in ADDED if s and c not in ("<|endoftext|>",)],
               "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
               "model_max_length": 262144, "clean_up_tokenization_spaces": False, "split_special_tokens": False,
               "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHATML}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
-    (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=1))
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
